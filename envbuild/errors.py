@@ -1,0 +1,110 @@
+"""Typed errors: one root class, subclasses with fields and a next step.
+
+The CLI maps every `EnvbuildError` to its `exit_code` in one place (`cli.py`); nothing else
+prints or exits. Exit codes: 1 = a verdict that is "no" (nothing fits, stale lock, smoke
+failed), 2 = bad input from the user, 3+ = the environment failed (engine, network, disk).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class EnvbuildError(Exception):
+    """Root of every error envbuild raises on purpose."""
+
+    message: str
+    hint: str = ""
+    fields: dict[str, Any] = field(default_factory=dict)
+    exit_code: int = 1
+
+    def __post_init__(self) -> None:
+        super().__init__(self.message)
+
+    def __str__(self) -> str:
+        return self.message
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "ok": False,
+            "error": type(self).__name__,
+            "message": self.message,
+        }
+        if self.hint:
+            out["hint"] = self.hint
+        if self.fields:
+            out["fields"] = self.fields
+        return out
+
+
+@dataclass
+class UserError(EnvbuildError):
+    """The user's input is wrong: a request, a flag, a file. Exit 2."""
+
+    exit_code: int = 2
+
+
+@dataclass
+class RequestError(UserError):
+    """An `envbuild.toml` request is malformed or impossible."""
+
+
+@dataclass
+class MatrixError(UserError):
+    """A matrix file is malformed or contradicts another one (file and row in `fields`)."""
+
+
+@dataclass
+class LockError(UserError):
+    """A lock file cannot be read (bad TOML, newer schema, edited by hand)."""
+
+
+@dataclass
+class StaleLockError(EnvbuildError):
+    """The lock does not match its request or the matrix rows it used. Exit 1."""
+
+    exit_code: int = 1
+
+
+@dataclass
+class UnsatisfiableError(EnvbuildError):
+    """Nothing in the matrix fits the request and targets. Exit 1; `fields` has the reasons."""
+
+    exit_code: int = 1
+
+
+@dataclass
+class NoGpuError(EnvbuildError):
+    """No NVIDIA driver / GPU where one is needed (host probing). Exit 2: cannot probe."""
+
+    exit_code: int = 2
+
+
+@dataclass
+class EnvironmentFailure(EnvbuildError):
+    """Something outside envbuild failed: network, disk, a delegated tool. Exit 3."""
+
+    exit_code: int = 3
+
+
+@dataclass
+class EngineError(EnvironmentFailure):
+    """The container engine failed or is not running. Exit 4."""
+
+    exit_code: int = 4
+
+
+@dataclass
+class BuildError(EnvironmentFailure):
+    """A build step failed inside the engine. Exit 5."""
+
+    exit_code: int = 5
+
+
+@dataclass
+class SmokeFailed(EnvbuildError):
+    """The smoke payload ran and said no (or crashed or hung). Exit 6; no tag was written."""
+
+    exit_code: int = 6

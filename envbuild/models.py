@@ -1,0 +1,211 @@
+"""Frozen value types shared by every layer (glossary: ../DESIGN.md, docs/design.md).
+
+Pure: no I/O, no imports beyond the standard library. Versions are kept as the strings the
+sources print ("12.8.1", "570.124.06"); comparisons go through `envbuild.versions`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+CompatPolicy = Literal["minor", "strict"]
+"""`minor`: allow CUDA minor-version compatibility (driver >= the major's MVC floor);
+`strict`: require the toolkit's own driver minimum."""
+
+Device = Literal["cuda", "cpu"]
+
+FLAVOURS = ("auto", "plain", "base", "runtime", "cudnn", "devel", "cpu")
+"""`plain`: a plain OS image, no CUDA base (CUDA comes from pip wheels);
+`base`/`runtime`/`cudnn`/`devel`: the `nvidia/cuda` flavours; `cpu`: a CPU-only image;
+`auto`: the smallest that works (the resolver decides and records why)."""
+
+
+@dataclass(frozen=True)
+class Targets:
+    """The hosts an image must run on: their GPUs and the oldest driver among them."""
+
+    gpus: tuple[str, ...] = ()
+    """As the user wrote them: names ("H100", "RTX 5090"), "sm_90", or "9.0"."""
+    driver: str | None = None
+    """The oldest driver on the target hosts ("535.104.05"); None = unknown."""
+
+
+@dataclass(frozen=True)
+class Indexes:
+    """Where Python packages come from. None of these loosens hash checking."""
+
+    index_url: str | None = None
+    extra_index_urls: tuple[str, ...] = ()
+    find_links: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SmokeSettings:
+    """What the smoke payload runs and how long it may take."""
+
+    tier: int = 2
+    """1: seconds (visibility, versions, archs, floors); 2: + a short training run."""
+    timeout_s: int = 600
+    steps: int = 30
+    min_shm_mib: int = 1024
+    """Below this /dev/shm size DataLoader workers and NCCL fail ("Bus error")."""
+
+
+@dataclass(frozen=True)
+class Request:
+    """What a user asks for: `images/<name>/envbuild.toml` (or `resolve` flags)."""
+
+    framework: str
+    """A requirement string: "torch", "torch==2.6.*", "jax", "tensorflow>=2.16"."""
+    name: str = ""
+    python: str | None = None
+    """"3.12"; None = the newest the framework and OS allow."""
+    os: str | None = None
+    """"ubuntu24.04", "ubuntu22.04", "debian12"; None = the matrix default."""
+    flavour: str = "auto"
+    device: Device = "cuda"
+    cuda: str | None = None
+    """A specifier on the CUDA version: "12.8.*", ">=12.6"."""
+    packages: tuple[str, ...] = ()
+    """Extra Python requirements, locked with the framework."""
+    targets: Targets = field(default_factory=Targets)
+    indexes: Indexes = field(default_factory=Indexes)
+    smoke: SmokeSettings = field(default_factory=SmokeSettings)
+    compat: CompatPolicy = "minor"
+    platform: str = "x86_64"
+    """The CPU architecture of the image: "x86_64" or "aarch64"."""
+    compile_extensions: bool = False
+    """True when the image compiles CUDA extensions: a `devel` builder stage is rendered."""
+
+
+@dataclass(frozen=True)
+class HostGpu:
+    """One GPU of a host, as NVML (or the user) reports it."""
+
+    name: str
+    cc: str
+    """Compute capability "9.0"."""
+    memory_mib: int = 0
+    index: int = 0
+    uuid: str = ""
+
+
+@dataclass(frozen=True)
+class Host:
+    """One GPU machine: driver, the CUDA version its driver supports, its GPUs."""
+
+    driver: str | None
+    cuda_driver: str | None = None
+    """The CUDA version the driver supports ("13.0"), from NVML."""
+    gpus: tuple[HostGpu, ...] = ()
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class Floors:
+    """The two driver minimums of a stack, and the one the image relies on."""
+
+    toolkit: str
+    """The toolkit's own minimum (full feature set, PTX JIT of its PTX)."""
+    minor_compat: str | None
+    """Minor-version compatibility minimum for the CUDA major; None where MVC does not exist."""
+    relied_on: Literal["toolkit", "minor_compat"]
+
+    @property
+    def effective(self) -> str:
+        """The floor the image actually needs on its hosts."""
+        if self.relied_on == "minor_compat" and self.minor_compat is not None:
+            return self.minor_compat
+        return self.toolkit
+
+
+@dataclass(frozen=True)
+class FrameworkPick:
+    name: str
+    """"torch", "jax", "tensorflow"."""
+    version: str
+    """Exact release "2.7.1"."""
+    variant: str
+    """"cu128", "cpu", "cuda12", "and-cuda"."""
+    requirement: str
+    """What pip installs: "torch==2.7.1", "jax[cuda12]==0.6.2"."""
+    index_url: str | None = None
+    """The index the variant lives on; None = PyPI."""
+    pypi_default: bool = True
+
+
+@dataclass(frozen=True)
+class BaseImage:
+    ref: str
+    """"nvidia/cuda:12.8.1-base-ubuntu24.04" or "debian:bookworm-slim"."""
+    flavour: str
+    os: str
+    cudnn: str | None = None
+    """cuDNN inside the image (cudnn/devel flavours), None otherwise."""
+    require_cuda: str = ""
+    """The `NVIDIA_REQUIRE_CUDA` value the rendered image carries ("" for CPU images)."""
+
+
+@dataclass(frozen=True)
+class Stack:
+    """The chosen candidate: everything the image is made of, before Python pins."""
+
+    framework: FrameworkPick
+    cuda: str | None
+    cudnn: str | None
+    nccl: str | None
+    python: str
+    os: str
+    flavour: str
+    base_image: BaseImage
+    archs: tuple[str, ...]
+    """What the framework build carries: cubins "sm_80" and PTX "compute_90", sorted."""
+    target_archs: tuple[str, ...]
+    """The targets' architectures "sm_70", "sm_120", sorted; empty = no GPU given."""
+    floors: Floors | None
+    """None for CPU stacks."""
+    notes: tuple[str, ...] = ()
+    rows: tuple[str, ...] = ()
+    """Keys of the matrix rows the stack rests on; their fingerprints go into the input hash."""
+
+
+@dataclass(frozen=True)
+class Unsatisfiable:
+    """Nothing fits: the chain of constraints that excluded the candidates, and ways out."""
+
+    reasons: tuple[str, ...]
+    alternatives: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class LockedPackage:
+    name: str
+    """Normalised (PEP 503) project name."""
+    version: str
+    hashes: tuple[str, ...]
+    """"sha256:<hex>" of every file pip may pick for the target, sorted."""
+    source: str
+    """The index URL it was resolved from."""
+
+
+LOCK_SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Lock:
+    """`envbuild.lock`: the stack pinned with everything needed to rebuild it."""
+
+    name: str
+    input_hash: str
+    """sha256 over the request and the fingerprints of the matrix rows the stack used."""
+    stack: Stack
+    targets: Targets
+    platform: str
+    indexes: Indexes
+    smoke: SmokeSettings
+    base_digest: str | None
+    """"sha256:..." of the base image; None = unpinned (no registry was reachable)."""
+    packages: tuple[LockedPackage, ...]
+    compat: CompatPolicy = "minor"
+    schema_version: int = LOCK_SCHEMA_VERSION

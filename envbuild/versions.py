@@ -1,0 +1,66 @@
+"""Every version and specifier comparison, on `packaging` (never string comparison).
+
+Driver versions ("570.124.06") and CUDA versions ("12.8.1") are PEP 440-compatible release
+tuples, so `packaging.version.Version` orders them correctly.
+"""
+
+from __future__ import annotations
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from envbuild.errors import UserError
+
+
+def parse_version(text: str, *, what: str = "version") -> Version:
+    """Parse a version, raising a `UserError` that names `what` on bad input."""
+    try:
+        return Version(text.strip())
+    except (InvalidVersion, TypeError, AttributeError):
+        raise UserError(
+            f"{what} {text!r} is not a version",
+            hint=f"write the {what} as dotted numbers, for example 12.8 or 570.124.06",
+        ) from None
+
+
+def parse_specifier(text: str, *, what: str = "version range") -> SpecifierSet:
+    """Parse a specifier; a bare version "12.8" means "12.8.*"."""
+    s = text.strip()
+    if s and s[0].isdigit():
+        s = f"=={s}.*" if s.count(".") < 2 else f"=={s}"
+    try:
+        return SpecifierSet(s)
+    except (InvalidSpecifier, TypeError):
+        raise UserError(
+            f"{what} {text!r} is not a version range",
+            hint="write it as 12.8, ==12.8.*, >=12.6 or >=12.6,<13",
+        ) from None
+
+
+def is_newer_or_equal(a: str, b: str) -> bool:
+    """a >= b as versions."""
+    return Version(a) >= Version(b)
+
+
+def major_minor(version: str) -> tuple[int, int]:
+    """ "12.8.1" -> (12, 8)."""
+    release = Version(version).release
+    return (release[0], release[1] if len(release) > 1 else 0)
+
+
+def cc_tuple(cc: str) -> tuple[int, int]:
+    """Compute capability "8.6" -> (8, 6); "12.0" -> (12, 0)."""
+    major, _, minor = cc.partition(".")
+    return (int(major), int(minor or 0))
+
+
+def sm_of_cc(cc: str) -> str:
+    """ "8.6" -> "sm_86", "12.0" -> "sm_120"."""
+    major, minor = cc_tuple(cc)
+    return f"sm_{major}{minor}"
+
+
+def cc_of_sm(sm: str) -> str:
+    """ "sm_86" / "compute_86" -> "8.6"; "sm_120" -> "12.0". Suffixes (sm_90a) are kept off."""
+    digits = sm.split("_", 1)[1].rstrip("af")
+    return f"{digits[:-1]}.{digits[-1]}"
