@@ -1,0 +1,73 @@
+"""The container engine behind one interface (glossary: engine). Implementations:
+`docker_engine.DockerEngine` (docker-py, classic builder; the only module importing `docker`)
+and `buildx_engine.BuildxEngine` (BuildKit through the `docker buildx` CLI, when present).
+Tests of orchestration use a fake that implements this protocol.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+ProgressFn = Callable[[str], None]
+"""Receives one line of build output at a time."""
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    image_id: str
+    """ "sha256:..." of the candidate image (untagged)."""
+    log_tail: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RunResult:
+    exit_code: int | None
+    """None when the container was killed at the time limit."""
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+    duration_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    image: str
+    command: tuple[str, ...]
+    gpus: bool = True
+    """Attach every GPU (docker-py DeviceRequest count=-1, capabilities [["gpu"]])."""
+    shm_size: str = "2g"
+    timeout_s: int = 600
+    environment: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+class ContainerEngine(Protocol):
+    name: str
+
+    def ping(self) -> None:
+        """Raise EngineError (with what to do) when the engine is not reachable."""
+
+    def build(
+        self,
+        *,
+        context: Mapping[str, bytes],
+        labels: Mapping[str, str],
+        progress: ProgressFn,
+        pull: bool = False,
+    ) -> BuildResult:
+        """Build the context (file path -> bytes, "Dockerfile" at its root); untagged."""
+
+    def run(self, spec: RunSpec) -> RunResult:
+        """Run to completion or the time limit; the container is always removed afterwards."""
+
+    def tag(self, image_id: str, ref: str, *, labels: Mapping[str, str]) -> str:
+        """Tag the image as `ref` with extra labels added; returns the new image id."""
+
+    def remove_image(self, image_id: str) -> None: ...
+
+    def image_labels(self, ref: str) -> dict[str, str]: ...
+
+    def has_nvidia_runtime(self) -> bool:
+        """True when the engine can attach NVIDIA GPUs (nvidia runtime or CDI devices)."""
