@@ -21,12 +21,21 @@ from envbuild.errors import EnvbuildError
 # name -> (module, one-line help). Help is duplicated here so `--help` needs no imports.
 COMMANDS: dict[str, tuple[str, str]] = {
     "resolve": ("envbuild.commands.resolve", "Pick a driver/CUDA/framework stack for the targets."),
-    "lock": ("envbuild.commands.lock", "Pin the whole stack of an image folder into envbuild.lock."),
-    "render": ("envbuild.commands.render", "Print or write the Dockerfile of a locked image folder."),
+    "lock": (
+        "envbuild.commands.lock",
+        "Pin the whole stack of an image folder into envbuild.lock.",
+    ),
+    "render": (
+        "envbuild.commands.render",
+        "Print or write the Dockerfile of a locked image folder.",
+    ),
     "image": ("envbuild.commands.image", "Build, smoke-test in the container, tag only on pass."),
     "smoke": ("envbuild.commands.smoke", "Run the smoke payload on this host."),
     "doctor": ("envbuild.commands.doctor", "Check this GPU host: driver, GPUs, engine, /dev/shm."),
-    "validate": ("envbuild.commands.validate", "Check that an image or lock runs on this host or fleet."),
+    "validate": (
+        "envbuild.commands.validate",
+        "Check that an image or lock runs on this host or fleet.",
+    ),
     "matrix": ("envbuild.commands.matrix", "Check or refresh the compatibility matrix."),
 }
 
@@ -66,10 +75,12 @@ class LazyGroup(click.Group):
             formatter.write_dl(rows)
 
     def invoke(self, ctx: click.Context) -> Any:
+        # Read before invoking: click empties ctx.args once the subcommand is resolved.
+        wants_json = _wants_json(ctx)
         try:
             return super().invoke(ctx)
         except EnvbuildError as err:
-            report_error(err, as_json=_wants_json(ctx))
+            report_error(err, as_json=wants_json)
             ctx.exit(err.exit_code)
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)

@@ -41,6 +41,24 @@ class RunSpec:
     timeout_s: int = 600
     environment: Mapping[str, str] = field(default_factory=dict)
     labels: Mapping[str, str] = field(default_factory=dict)
+    """Every smoke container carries `envbuild.role=smoke`, so leftovers are easy to find."""
+
+
+def gpu_missing_message() -> tuple[str, str]:
+    """What is missing when a GPU cannot be attached, and how to check each part."""
+    message = (
+        "the engine cannot attach NVIDIA GPUs: it needs the NVIDIA driver on the host, the "
+        "NVIDIA Container Toolkit (the `nvidia` runtime or its hook) and/or a CDI spec for "
+        "the GPUs (/etc/cdi or /var/run/cdi)"
+    )
+    hint = (
+        "check the driver with `nvidia-smi`, the toolkit with `nvidia-ctk --version`, the engine "
+        "with `docker info | grep -i runtime` (then `sudo nvidia-ctk runtime configure "
+        "--runtime=docker` and restart docker, or `sudo nvidia-ctk cdi generate --output="
+        "/etc/cdi/nvidia.yaml`); or, on a machine without a GPU, pass --allow-cpu to run the "
+        "smoke test's CPU path"
+    )
+    return message, hint
 
 
 class ContainerEngine(Protocol):
@@ -65,9 +83,16 @@ class ContainerEngine(Protocol):
     def tag(self, image_id: str, ref: str, *, labels: Mapping[str, str]) -> str:
         """Tag the image as `ref` with extra labels added; returns the new image id."""
 
-    def remove_image(self, image_id: str) -> None: ...
+    def remove_image(self, image_id: str) -> None:
+        """Remove an image; an image already gone is not an error."""
 
-    def image_labels(self, ref: str) -> dict[str, str]: ...
+    def image_labels(self, ref: str) -> dict[str, str]:
+        """The labels of an image; EngineError when it does not exist."""
+
+    def image_exists(self, ref: str) -> bool: ...
+
+    def containers(self, label: str) -> list[str]:
+        """Ids of containers (running or not) carrying `label` ("key" or "key=value")."""
 
     def has_nvidia_runtime(self) -> bool:
         """True when the engine can attach NVIDIA GPUs (nvidia runtime or CDI devices)."""

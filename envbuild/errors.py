@@ -108,3 +108,36 @@ class SmokeFailed(EnvbuildError):
     """The smoke payload ran and said no (or crashed or hung). Exit 6; no tag was written."""
 
     exit_code: int = 6
+
+
+@dataclass
+class DiskFullError(EnvironmentFailure):
+    """The engine ran out of disk space ("no space left on device") while building. Exit 3."""
+
+    exit_code: int = 3
+
+
+@dataclass
+class GpuUnavailableError(EnvironmentFailure):
+    """A GPU image must be smoke-tested on a GPU, but the engine cannot attach one (no driver,
+    no NVIDIA Container Toolkit, no CDI spec). Exit 7; `--allow-cpu` runs the CPU path instead."""
+
+    exit_code: int = 7
+
+
+@dataclass
+class SourceUnreachableError(EnvironmentFailure):
+    """A network source (PyPI, the PyTorch index, a registry) could not be read. Exit 3;
+    `fields` has the url. `matrix refresh` reports and skips it while another source works."""
+
+    exit_code: int = 3
+
+
+@dataclass
+class LockEditedError(StaleLockError):
+    """The lock's body no longer matches its content hash (edited by hand). Exit 1: re-lock."""
+
+
+@dataclass
+class PinError(EnvironmentFailure):
+    """The delegated Python resolver (uv, or pip as fallback) failed or is missing. Exit 3."""

@@ -89,6 +89,8 @@ class HostGpu:
     memory_mib: int = 0
     index: int = 0
     uuid: str = ""
+    brand: str = ""
+    """NVML brand as the `brand=` token of NVIDIA_REQUIRE_* ("tesla", "nvidia"); "" unknown."""
 
 
 @dataclass(frozen=True)
@@ -145,6 +147,9 @@ class BaseImage:
     """cuDNN inside the image (cudnn/devel flavours), None otherwise."""
     require_cuda: str = ""
     """The `NVIDIA_REQUIRE_CUDA` value the rendered image carries ("" for CPU images)."""
+    builder: str | None = None
+    """The `nvidia/cuda:<v>-devel-<os>` builder stage when the request compiles CUDA
+    extensions (`Request.compile_extensions`); None = no builder stage."""
 
 
 @dataclass(frozen=True)
@@ -209,3 +214,7 @@ class Lock:
     packages: tuple[LockedPackage, ...]
     compat: CompatPolicy = "minor"
     schema_version: int = LOCK_SCHEMA_VERSION
+    request_hash: str = ""
+    """sha256 of the canonical request alone (lets `lock --check` say *what* changed)."""
+    row_fingerprints: tuple[tuple[str, str], ...] = ()
+    """(row key, fingerprint) of every row in `stack.rows`, sorted by key, as locked."""

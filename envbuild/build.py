@@ -1,0 +1,298 @@
+"""Build -> smoke in the container -> evaluate -> tag only on pass, over any `ContainerEngine`.
+
+No docker here and no printing: the engine does the I/O, the caller passes a progress callback
+and a `judge` that turns the container's output into a verdict (`api.build_image` wires in
+`envbuild.smoke.parse_report`/`evaluate`). Unit tests drive this with a fake engine.
+
+Guarantees (issue 5; issue 9 item 4): the tag is written only after a passing smoke report;
+every smoke container is removed by the engine; on failure or Ctrl-C the candidate image is
+removed unless `keep_failed`; the final image carries `envbuild.lock`, `envbuild.lock.sha256`
+and `envbuild.smoke.report` (compact JSON with "ok": true).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from envbuild.engine import ContainerEngine, ProgressFn, RunResult, RunSpec, gpu_missing_message
+from envbuild.errors import (
+    EngineError,
+    EnvbuildError,
+    GpuUnavailableError,
+    SmokeFailed,
+    UserError,
+)
+
+LOCK_LABEL = "envbuild.lock"
+LOCK_SHA_LABEL = "envbuild.lock.sha256"
+REPORT_LABEL = "envbuild.smoke.report"
+ROLE_LABEL = "envbuild.role"
+"""Every smoke container carries `envbuild.role=smoke`: `docker ps -a --filter label=...`."""
+
+PAYLOAD_DIR = "/opt/envbuild/payload"
+PLAN_PATH = "/opt/envbuild/plan.json"
+STDERR_TAIL_LINES = 30
+LOCK_LABEL_MAX_BYTES = 256 * 1024
+"""docker-py sends build-API labels in the request URL; Docker 20.10 answered a 900 KiB label
+with "431 Request Header Fields Too Large" and took 400 KiB (measured while writing this module)."""
+DEFAULT_SHM_MIB = 2048
+"""Docker's default /dev/shm is 64 MB; DataLoader workers and NCCL need far more
+(reference/reliability-performance.md, "/dev/shm too small")."""
+
+
+def smoke_command(*, allow_cpu: bool) -> tuple[str, ...]:
+    """The payload as the contract runs it: the venv's python (on PATH) and the image's plan."""
+    cmd: tuple[str, ...] = ("python", PAYLOAD_DIR, "--plan", PLAN_PATH)
+    return (*cmd, "--allow-cpu") if allow_cpu else cmd
+
+
+def default_tag(name: str, lock_sha256: str) -> str:
+    """`envbuild/<name>:<first 12 hex of the lock's sha256>`."""
+    return f"envbuild/{name or 'image'}:{lock_sha256[:12]}"
+
+
+def shm_mib_for(min_shm_mib: int) -> int:
+    """At least what the plan needs (the payload asserts it), and never below 2 GiB."""
+    return max(DEFAULT_SHM_MIB, min_shm_mib)
+
+
+@dataclass(frozen=True)
+class SmokeJudgement:
+    """What a `judge` concluded from one smoke run."""
+
+    ok: bool
+    report: Mapping[str, Any]
+    """The payload's report (the JSON after ENVBUILD-SMOKE-REPORT)."""
+    failed: tuple[Mapping[str, str], ...] = ()
+    """{"name", "figure", "hint"} of each failed check; hint = what usually fixes it."""
+    summary: str = ""
+
+
+Judge = Callable[[RunResult], SmokeJudgement]
+"""Raises ValueError (or an EnvbuildError) when the output carries no readable report."""
+
+
+@dataclass(frozen=True)
+class ImageJob:
+    """Everything one `envbuild image` run needs, decided before the engine is touched."""
+
+    name: str
+    context: Mapping[str, bytes]
+    lock_text: str
+    lock_sha256: str
+    tag: str
+    needs_gpu: bool
+    """A GPU image (the lock's framework variant is not CPU)."""
+    allow_cpu: bool
+    timeout_s: int
+    shm_mib: int
+    locked_base_image: str
+    base_image: str
+    """The base actually built from (== locked unless --base-image replaced it)."""
+    keep_failed: bool = False
+    extra_labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ImageOutcome:
+    """A passed, tagged image."""
+
+    tag: str
+    image_id: str
+    candidate_id: str
+    report: Mapping[str, Any]
+    report_label: str
+    summary: str
+    build_s: float
+    smoke_s: float
+    job: ImageJob
+
+    def to_json(self) -> dict[str, Any]:
+        """The `envbuild image --json` document on success (docs/image-json.md)."""
+        job = self.job
+        return {
+            "ok": True,
+            "name": job.name,
+            "tag": self.tag,
+            "image_id": self.image_id,
+            "candidate_id": self.candidate_id,
+            "lock_sha256": job.lock_sha256,
+            "base_image": job.base_image,
+            "locked_base_image": job.locked_base_image,
+            "base_image_replaced": job.base_image != job.locked_base_image,
+            "allow_cpu": job.allow_cpu,
+            "gpu_image": job.needs_gpu,
+            "device": self.report.get("device"),
+            "labels": sorted([LOCK_LABEL, LOCK_SHA_LABEL, REPORT_LABEL]),
+            "build_s": self.build_s,
+            "smoke_s": self.smoke_s,
+            "smoke": dict(self.report),
+            "smoke_summary": self.summary,
+        }
+
+
+def report_label(report: Mapping[str, Any], job: ImageJob) -> str:
+    """The `envbuild.smoke.report` label: compact, sorted JSON with "ok": true, and what the
+    image was built from (a replaced base is recorded here, issue 5 item 4)."""
+    data = dict(report)
+    data["ok"] = True
+    data["envbuild"] = {
+        "base_image": job.base_image,
+        "locked_base_image": job.locked_base_image,
+        "lock_sha256": job.lock_sha256,
+        "allow_cpu": job.allow_cpu,
+    }
+    return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+
+def preflight(engine: ContainerEngine, job: ImageJob) -> None:
+    """Fail before a long build when the smoke test could never pass on this engine."""
+    size = len(job.lock_text.encode())
+    if size > LOCK_LABEL_MAX_BYTES:
+        raise UserError(
+            f"the lock of {job.name} is {size // 1024} KiB, too large for the envbuild.lock "
+            f"label (at most {LOCK_LABEL_MAX_BYTES // 1024} KiB through the engine API)",
+            hint="lock fewer extra packages, or only the target platform's wheels",
+            fields={"lock_bytes": size},
+        )
+    engine.ping()
+    if job.needs_gpu and not job.allow_cpu and not engine.has_nvidia_runtime():
+        message, hint = gpu_missing_message()
+        raise GpuUnavailableError(
+            f"{job.name or 'this'} is a GPU image and its smoke test needs a GPU, but {message}",
+            hint=hint,
+            fields={"tag": None, "stage": "preflight"},
+        )
+
+
+def _tail(text: str, n: int = STDERR_TAIL_LINES) -> list[str]:
+    return [line for line in text.splitlines() if line.strip()][-n:]
+
+
+def _smoke_failure(
+    job: ImageJob,
+    result: RunResult,
+    candidate: str,
+    kept: bool,
+    judgement: SmokeJudgement | None,
+    why: str,
+) -> SmokeFailed:
+    fields: dict[str, Any] = {
+        "tag": None,
+        "candidate_id": candidate if kept else None,
+        "kept": kept,
+        "exit_code": result.exit_code,
+        "timed_out": result.timed_out,
+        "duration_s": result.duration_s,
+        "stderr_tail": _tail(result.stderr),
+        "failed": [dict(f) for f in judgement.failed] if judgement else [],
+        "report": dict(judgement.report) if judgement else None,
+    }
+    keep_note = (
+        f"the candidate is kept as {candidate} (docker run --rm -it {candidate} bash)"
+        if kept
+        else "rerun with --keep-failed to keep the candidate for a look inside"
+    )
+    if result.timed_out:
+        return SmokeFailed(
+            f"smoke test of {job.name} did not finish within {job.timeout_s} s: the container "
+            "was killed and removed; no tag was written",
+            hint=f"raise --smoke-timeout (or smoke.timeout_s in envbuild.toml) if the host is "
+            f"slow, or look for a hang (a GPU that does not answer, NCCL); {keep_note}",
+            fields=fields,
+        )
+    if judgement is None:
+        return SmokeFailed(
+            f"smoke payload of {job.name} crashed (exit {result.exit_code}) without a report: "
+            f"{why}; no tag was written",
+            hint=f"read stderr_tail (--json) or the lines above; {keep_note}",
+            fields=fields,
+        )
+    names = ", ".join(f["name"] for f in judgement.failed) or why
+    first_hint = next((f.get("hint", "") for f in judgement.failed if f.get("hint")), "")
+    return SmokeFailed(
+        f"smoke test of {job.name} failed: {names}; no tag was written",
+        hint="; ".join(h for h in (first_hint, keep_note) if h),
+        fields={**fields, "summary": judgement.summary},
+    )
+
+
+def build_and_verify(
+    engine: ContainerEngine,
+    job: ImageJob,
+    *,
+    judge: Judge,
+    progress: ProgressFn,
+) -> ImageOutcome:
+    """Build a candidate, smoke-test it in a container, and tag it only when the test passes."""
+    preflight(engine, job)
+    labels = {LOCK_LABEL: job.lock_text, LOCK_SHA_LABEL: job.lock_sha256, **job.extra_labels}
+    started = time.monotonic()
+    built = engine.build(context=job.context, labels=labels, progress=progress)
+    build_s = round(time.monotonic() - started, 3)
+    candidate = built.image_id
+    progress(f"candidate {candidate} built in {build_s:.0f} s; running the smoke test")
+    spec = RunSpec(
+        image=candidate,
+        command=smoke_command(allow_cpu=job.allow_cpu),
+        gpus=job.needs_gpu and not job.allow_cpu,
+        shm_size=f"{job.shm_mib}m",
+        timeout_s=job.timeout_s,
+        labels={ROLE_LABEL: "smoke", LOCK_SHA_LABEL: job.lock_sha256},
+    )
+    try:
+        result = engine.run(spec)
+        judgement: SmokeJudgement | None = None
+        why = ""
+        if not result.timed_out:
+            try:
+                judgement = judge(result)
+            except (ValueError, EnvbuildError) as exc:
+                why = str(exc)
+        ok = (
+            judgement is not None
+            and judgement.ok
+            and result.exit_code == 0
+            and not result.timed_out
+        )
+        if not ok:
+            if judgement is not None and judgement.ok:
+                why = f"the report says ok but the payload exited {result.exit_code}"
+                judgement = SmokeJudgement(ok=False, report=judgement.report, summary=why)
+            raise _smoke_failure(job, result, candidate, job.keep_failed, judgement, why)
+        assert judgement is not None
+        label = report_label(judgement.report, job)
+        image_id = engine.tag(
+            candidate, job.tag, labels={REPORT_LABEL: label, LOCK_SHA_LABEL: job.lock_sha256}
+        )
+    except BaseException:
+        # Also on Ctrl-C and engine errors: a candidate that did not pass is not left behind.
+        # A failing cleanup must not hide why the run failed.
+        if not job.keep_failed:
+            with contextlib.suppress(EnvbuildError):
+                engine.remove_image(candidate)
+        raise
+    written = engine.image_labels(job.tag)
+    missing = [k for k in (LOCK_LABEL, LOCK_SHA_LABEL, REPORT_LABEL) if k not in written]
+    if missing:
+        raise EngineError(
+            f"the engine tagged {job.tag} but dropped the labels {', '.join(missing)}",
+            hint=f"inspect it: docker image inspect {job.tag}; remove the tag with "
+            f"docker image rm {job.tag}",
+        )
+    return ImageOutcome(
+        tag=job.tag,
+        image_id=image_id,
+        candidate_id=candidate,
+        report=judgement.report,
+        report_label=label,
+        summary=judgement.summary,
+        build_s=build_s,
+        smoke_s=result.duration_s,
+        job=job,
+    )

@@ -1,0 +1,72 @@
+"""`envbuild doctor [--json]`: check this GPU host; exit 0 healthy, 1 problems, 2 cannot probe."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from envbuild import console
+
+
+def summary_line(facts: dict[str, Any]) -> str:
+    driver = facts.get("driver") or {}
+    gpus = facts.get("gpus") or []
+    version = driver.get("version") or driver.get("kernel_module_version") or "?"
+    n = len(gpus)
+    return (
+        f"host {facts.get('hostname') or '?'}: driver {version}, CUDA {driver.get('cuda') or '?'}, "
+        f"{n} GPU{'' if n == 1 else 's'}"
+    )
+
+
+def render(doc: dict[str, Any]) -> str:
+    """The human report: one table of findings, then the next steps, then the verdict."""
+    findings = doc["findings"]
+    rows: list[tuple[str, ...]] = [(f["status"], f["check"], f["detail"]) for f in findings]
+    lines = [summary_line(doc), "", console.table(rows, header=("status", "check", "detail"))]
+    steps = [f for f in findings if f.get("next_step") and f["status"] != "ok"]
+    if steps:
+        lines += ["", "next steps:"]
+        lines += [f"  {f['check']}: {f['next_step']}" for f in steps]
+    problems = sum(1 for f in findings if f["status"] == "problem")
+    lines += [
+        "",
+        "verdict: healthy"
+        if not problems
+        else f"verdict: {problems} problem{'' if problems == 1 else 's'} found",
+    ]
+    return "\n".join(lines)
+
+
+@click.command("doctor")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: the host facts + findings.")
+@click.option(
+    "--host-facts",
+    "facts_file",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    envvar="ENVBUILD_HOST_FACTS",
+    hidden=True,
+    help="Check recorded facts (doctor --json output) instead of probing this host.",
+)
+def command(as_json: bool, facts_file: Path | None) -> None:
+    """Check this GPU host: driver and NVML, GPUs (ECC, remapped rows, persistence), the
+    container engine's NVIDIA runtime or CDI specs, /dev/shm, and which locks in reach
+    (./envbuild.lock, images/*/envbuild.lock) would run here.
+
+    The JSON object (--json) is also what `envbuild validate --hosts FILE` reads. Set
+    ENVBUILD_HOST_FACTS=FILE to check a recorded host instead of this one.
+
+    Exit codes: 0 healthy; 1 problems found; 2 cannot probe (no NVIDIA driver).
+    """
+    from envbuild import api
+
+    result = api.doctor(facts_file=facts_file)
+    doc = result.to_json()
+    if as_json:
+        console.emit_json(doc)
+    else:
+        console.line(render(doc))
+    if not result.ok:
+        raise click.exceptions.Exit(1)

@@ -1,0 +1,101 @@
+"""`envbuild lock DIR`: pin the whole stack of an image folder into DIR/envbuild.lock."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from envbuild import console
+
+
+@click.command(
+    "lock",
+    short_help="Pin the whole stack of an image folder into envbuild.lock.",
+)
+@click.argument("image_dir", metavar="DIR", type=click.Path(path_type=Path))
+@click.option(
+    "--check",
+    is_flag=True,
+    help="No network: exit 0 if the lock is fresh, 1 if it is missing, stale or edited.",
+)
+@click.option("--upgrade", is_flag=True, help="Re-resolve everything; ignore previous picks.")
+@click.option(
+    "--upgrade-package",
+    "upgrade_packages",
+    multiple=True,
+    metavar="NAME",
+    help="Re-resolve NAME only (repeatable); other previous picks are kept.",
+)
+@click.option("--offline", is_flag=True, help="Use only the uv cache; fail if it is not enough.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout.")
+def command(
+    image_dir: Path,
+    check: bool,
+    upgrade: bool,
+    upgrade_packages: tuple[str, ...],
+    offline: bool,
+    as_json: bool,
+) -> None:
+    """Resolve DIR/envbuild.toml against the matrix, pin every Python package with hashes for
+    the image's platform (delegated to uv), and write DIR/envbuild.lock when it changed.
+
+    Without --upgrade, previous picks that still satisfy the request are kept.
+    """
+    from envbuild import api
+    from envbuild.errors import UserError
+
+    if check and (upgrade or upgrade_packages or offline):
+        raise UserError(
+            "--check verifies the lock as it is; it cannot be combined with "
+            "--upgrade, --upgrade-package or --offline",
+            hint=f"run `envbuild lock --check {image_dir}` alone",
+        )
+    outcome = api.lock(
+        image_dir=image_dir,
+        check=check,
+        upgrade=upgrade,
+        upgrade_packages=upgrade_packages,
+        offline=offline,
+    )
+    stack = outcome.lock.stack
+    if as_json:
+        console.emit_json(
+            {
+                "ok": True,
+                "status": outcome.status,
+                "path": str(outcome.path),
+                "input_hash": outcome.lock.input_hash,
+                "framework": {
+                    "name": stack.framework.name,
+                    "version": stack.framework.version,
+                    "variant": stack.framework.variant,
+                    "index_url": stack.framework.index_url,
+                },
+                "cuda": stack.cuda,
+                "cudnn": stack.cudnn,
+                "nccl": stack.nccl,
+                "python": stack.python,
+                "base_image": stack.base_image.ref,
+                "base_digest": outcome.lock.base_digest,
+                "packages": len(outcome.lock.packages),
+                "warnings": list(outcome.warnings),
+                "tool": outcome.tool,
+            }
+        )
+        return
+    for warning in outcome.warnings:
+        console.warn(warning)
+    fw = stack.framework
+    what = f"{fw.name} {fw.version} ({fw.variant})"
+    if outcome.status == "fresh":
+        console.line(f"{outcome.path}: fresh ({what}, {len(outcome.lock.packages)} packages)")
+        return
+    verb = "wrote" if outcome.status == "written" else "unchanged"
+    console.line(
+        f"{verb} {outcome.path}: {what}, CUDA {stack.cuda or '-'}, Python {stack.python}, "
+        f"{len(outcome.lock.packages)} packages pinned by {outcome.tool}"
+    )
+    console.line(
+        f"  base: {stack.base_image.ref}" + ("" if outcome.lock.base_digest else " (unpinned)")
+    )

@@ -1,0 +1,72 @@
+"""`envbuild render DIR`: print or write the Dockerfile of a locked image folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from envbuild import console
+
+
+@click.command(
+    "render",
+    help=(
+        "Print or write the Dockerfile of a locked image folder. Reads DIR/envbuild.lock "
+        "(never re-resolves; a stale lock stops with the command to run). A DIR/Dockerfile.j2 "
+        "may extend the built-in template and override its blocks."
+    ),
+)
+@click.argument("image_dir", type=click.Path(path_type=Path, file_okay=False))
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Write the Dockerfile to this file (atomically) instead of printing it.",
+)
+@click.option(
+    "--context",
+    type=click.Path(path_type=Path),
+    help="Also write the whole build context: a folder, or a reproducible .tar file.",
+)
+@click.option("--base-image", metavar="REF", help="Replace the locked base image.")
+@click.option("--buildkit", is_flag=True, help="Use BuildKit features (cache and secret mounts).")
+@click.option(
+    "--ca-cert",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="A proxy's CA certificate (PEM) for apt and pip during the build only.",
+)
+@click.option("--index-url", metavar="URL", help="A package index mirror (hashes still checked).")
+@click.option(
+    "--find-links",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="A wheelhouse folder, copied into the build context (hashes still checked).",
+)
+def command(
+    image_dir: Path,
+    output: Path | None,
+    context: Path | None,
+    base_image: str | None,
+    buildkit: bool,
+    ca_cert: Path | None,
+    index_url: str | None,
+    find_links: Path | None,
+) -> None:
+    from envbuild import api
+
+    result = api.render(
+        image_dir=image_dir,
+        output=output,
+        context=context,
+        base_image=base_image,
+        buildkit=buildkit,
+        ca_cert=ca_cert,
+        index_url=index_url,
+        find_links=find_links,
+    )
+    if result.output is None:
+        console.line(result.dockerfile.rstrip("\n"))
+    else:
+        click.echo(f"wrote {result.output}", err=True)
+    if result.context is not None:
+        click.echo(f"wrote {result.context} ({result.context_files} files)", err=True)

@@ -1,0 +1,157 @@
+"""`envbuild validate`: will this image or lock run here (pre-flight + smoke), or on a fleet."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from envbuild import console
+
+
+def render_checks(doc: dict[str, Any]) -> str:
+    rows: list[tuple[str, ...]] = [(c["status"], c["check"], c["detail"]) for c in doc["checks"]]
+    lines = [
+        f"validate {doc['target']} on {doc['host'] or 'this host'}",
+        "",
+        console.table(rows, header=("status", "check", "detail")),
+    ]
+    steps = [c for c in doc["checks"] if c["status"] == "fail" and c.get("next_step")]
+    if steps:
+        lines += ["", "next steps:"] + [f"  {c['check']}: {c['next_step']}" for c in steps]
+    lines += ["", "verdict: " + ("pass" if doc["ok"] else "fail")]
+    return "\n".join(lines)
+
+
+def render_fleet(doc: dict[str, Any]) -> str:
+    """Locks down, hosts across; each cell "yes" or "no: <first failed check>"."""
+    cells = {(r["lock"], r["host"]): r for r in doc["results"]}
+    rows = []
+    for lock in doc["locks"]:
+        row = [lock]
+        for host in doc["hosts"]:
+            r = cells[(lock, host)]
+            row.append("yes" if r["runs"] else "no: " + r["failed"][0]["check"])
+        rows.append(tuple(row))
+    lines = [console.table(rows, header=("lock", *doc["hosts"]))]
+    why = [r for r in doc["results"] if not r["runs"]]
+    if why:
+        lines += ["", "why not:"]
+        for r in why:
+            for c in r["failed"]:
+                lines.append(f"  {r['lock']} on {r['host']}: {c['detail']}")
+                if c.get("next_step"):
+                    lines.append(f"    next: {c['next_step']}")
+    if doc.get("k8s_job"):
+        lines += ["", f"wrote Kubernetes Job manifest {doc['k8s_job']} (apply it with kubectl)"]
+    return "\n".join(lines)
+
+
+@click.command("validate")
+@click.argument("target", required=False, metavar="IMAGE_OR_DIR")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout.")
+@click.option(
+    "--junit",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write JUnit XML (one testcase per check) for CI.",
+)
+@click.option(
+    "--hosts",
+    "hosts_file",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="Fleet view: host facts (doctor --json objects, a JSON list or one per line).",
+)
+@click.option(
+    "--lock",
+    "lock_dirs",
+    multiple=True,
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    help="With --hosts: an image folder whose lock to check [images/*].",
+)
+@click.option(
+    "--k8s-job",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="With --hosts: write a Kubernetes Job manifest that smoke-tests --image.",
+)
+@click.option("--image", help="With --k8s-job: the image the Job runs (built from --lock).")
+@click.option(
+    "--gpus-per-pod",
+    type=click.IntRange(min=1),
+    help="With --k8s-job: nvidia.com/gpu per pod [the fewest GPUs of a passing host].",
+)
+@click.option(
+    "--host-facts",
+    "facts_file",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    envvar="ENVBUILD_HOST_FACTS",
+    hidden=True,
+    help="Validate against recorded facts (doctor --json output) instead of this host.",
+)
+def command(
+    target: str | None,
+    as_json: bool,
+    junit: Path | None,
+    hosts_file: Path | None,
+    lock_dirs: tuple[Path, ...],
+    k8s_job: Path | None,
+    image: str | None,
+    gpus_per_pod: int | None,
+    facts_file: Path | None,
+) -> None:
+    """Check that IMAGE_OR_DIR runs on this host.
+
+    A folder: its envbuild.lock is pre-flighted against this host (driver floor, compute
+    capability vs the lock's archs, NVIDIA_REQUIRE_CUDA). An image: the lock comes from its
+    `envbuild.lock` label; after a passing pre-flight its smoke payload runs here on all GPUs.
+
+    With --hosts FILE: which locks run on which recorded hosts, and why not, without running
+    anything; --k8s-job OUT writes a Job that smoke-tests --image on the passing hosts.
+
+    Exit codes: 0 pass; 1 the pre-flight (or the fleet view) says no; 2 bad input; 4 engine;
+    6 the smoke test failed.
+    """
+    from envbuild import api
+    from envbuild.errors import UserError
+
+    if hosts_file is not None:
+        if target is not None:
+            raise UserError(
+                "give either IMAGE_OR_DIR (this host) or --hosts FILE (a fleet), not both",
+                hint="for a fleet, name the image folders with --lock DIR",
+            )
+        fleet = api.validate_fleet(
+            hosts_file=hosts_file,
+            lock_dirs=lock_dirs,
+            k8s_job=k8s_job,
+            image=image,
+            gpus_per_pod=gpus_per_pod,
+        )
+        doc = fleet.to_json()
+        if junit is not None:
+            api.write_fleet_junit(fleet, junit)
+        if as_json:
+            console.emit_json(doc)
+        else:
+            console.line(render_fleet(doc))
+        if not fleet.view.ok:
+            raise click.exceptions.Exit(1)
+        return
+    if target is None:
+        raise UserError(
+            "validate needs IMAGE_OR_DIR, or --hosts FILE for a fleet",
+            hint="envbuild validate images/torch-train (a folder) or envbuild validate IMAGE",
+        )
+    if lock_dirs or k8s_job or image or gpus_per_pod:
+        raise UserError(
+            "--lock, --k8s-job, --image and --gpus-per-pod belong to the fleet view",
+            hint="add --hosts FILE (host facts from `envbuild doctor --json`)",
+        )
+    result = api.validate(target=target, facts_file=facts_file, junit=junit)
+    doc = result.to_json()
+    if as_json:
+        console.emit_json(doc)
+    else:
+        console.line(render_checks(doc))
+    if result.exit_code:
+        raise click.exceptions.Exit(result.exit_code)

@@ -1,0 +1,475 @@
+"""Transitive Python pins with hashes for the image's platform, delegated (never resolved here).
+
+uv is the resolver (`uv pip compile --format pylock.toml --generate-hashes --python-version
+--python-platform`): fast, it reads PEP 658 `.metadata` instead of downloading wheels, and it
+resolves for another platform and Python than the one it runs on. Its PEP 751 output lists the
+exact files for the target with their sha256 and URL, so nothing needs re-deriving. pip's
+`install --dry-run --report` with `--only-binary :all: --platform --python-version` is the
+fallback when uv is missing (one hash per package: the file pip picked for the target).
+
+Previous picks are kept the way uv keeps them for `-o FILE`: an existing output file is read as
+preferences (uv docs, "Locking requirements": "uv will prefer the versions in the output file").
+`--upgrade-package NAME` lifts the preference for NAME (uv's `-P`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from packaging.markers import InvalidMarker, Marker
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from envbuild.errors import PinError, UnsatisfiableError
+from envbuild.models import LockedPackage
+
+PYPI_SIMPLE = "https://pypi.org/simple"
+# manylinux_2_28 (glibc 2.28) is the oldest tag torch >= 2.6 wheels use and every OS in the
+# matrix (debian12 glibc 2.36, ubuntu22.04 2.35, ubuntu24.04 2.39) satisfies it.
+MANYLINUX = "manylinux_2_28"
+
+
+@dataclass(frozen=True)
+class PinRequest:
+    """What to pin: requirements for one platform and Python, from which indexes."""
+
+    requirements: tuple[str, ...]
+    python: str
+    """ "3.12"."""
+    platform: str = "x86_64"
+    index_url: str | None = None
+    """None = PyPI."""
+    extra_index_urls: tuple[str, ...] = ()
+    find_links: tuple[str, ...] = ()
+    """URLs or absolute paths."""
+    preferences: tuple[LockedPackage, ...] = ()
+    """Previously locked picks; kept where they still satisfy the requirements."""
+    upgrade_packages: tuple[str, ...] = ()
+    offline: bool = False
+
+
+@dataclass(frozen=True)
+class RunResult:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+Runner = Callable[[Sequence[str], Path, Mapping[str, str]], RunResult]
+"""(argv, cwd, env) -> result. Tests pass a fake that replays recorded output."""
+
+
+@dataclass(frozen=True)
+class PinResult:
+    packages: tuple[LockedPackage, ...]
+    tool: str
+    """ "uv" or "pip"."""
+
+
+def run_subprocess(argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> RunResult:
+    proc = subprocess.run(
+        list(argv), cwd=cwd, env=dict(env), capture_output=True, text=True, check=False
+    )
+    return RunResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+# --- tool selection ----------------------------------------------------------------------------
+
+
+def find_uv() -> str | None:
+    """uv next to the running Python (the venv's dev extra), then on PATH; ENVBUILD_UV wins."""
+    override = os.environ.get("ENVBUILD_UV")
+    if override:
+        return override
+    beside = Path(sys.executable).parent / "uv"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which("uv")
+
+
+def _has_pip() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("pip") is not None
+
+
+def select_tool(prefer: str | None = None) -> tuple[str, list[str]]:
+    """("uv", [uv]) or ("pip", [python, -m, pip]); `prefer` (or ENVBUILD_PYDEPS) forces one."""
+    prefer = prefer or os.environ.get("ENVBUILD_PYDEPS") or None
+    if prefer not in (None, "uv", "pip"):
+        raise PinError(
+            f"unknown Python resolver {prefer!r}",
+            hint="set ENVBUILD_PYDEPS to uv or pip (or unset it)",
+        )
+    if prefer in (None, "uv"):
+        uv = find_uv()
+        if uv:
+            return "uv", [uv]
+        if prefer == "uv":
+            raise PinError(
+                "uv was asked for but is not installed",
+                hint="pip install uv (it is in envbuild's dev extra), or unset ENVBUILD_PYDEPS",
+            )
+    if _has_pip():
+        return "pip", [sys.executable, "-m", "pip"]
+    raise PinError(
+        "neither uv nor pip is available to pin Python packages",
+        hint="pip install uv (envbuild delegates Python resolution to uv, pip as fallback)",
+    )
+
+
+# --- uv ----------------------------------------------------------------------------------------
+
+PREFERENCES_FILE = "pylock.toml"
+
+
+def uv_argv(uv: Sequence[str], req: PinRequest) -> list[str]:
+    """The `uv pip compile` command line; run in a folder holding requirements.in."""
+    argv = [
+        *uv,
+        "pip",
+        "compile",
+        "requirements.in",
+        "--format",
+        "pylock.toml",
+        "--output-file",
+        PREFERENCES_FILE,
+        "--generate-hashes",
+        "--python-version",
+        req.python,
+        "--python-platform",
+        f"{req.platform}-{MANYLINUX}",
+        # Images install wheels only: no compiler in them, and building an sdist to read its
+        # metadata would run arbitrary code at lock time.
+        "--only-binary",
+        ":all:",
+        "--index-url",
+        req.index_url or PYPI_SIMPLE,
+        "--no-python-downloads",
+        # uv.toml / pyproject [tool.uv] of wherever the command runs must not add indexes.
+        "--no-config",
+        "--quiet",
+    ]
+    for url in req.extra_index_urls:
+        argv += ["--extra-index-url", url]
+    for link in req.find_links:
+        argv += ["--find-links", link]
+    for name in sorted(req.upgrade_packages):
+        argv += ["--upgrade-package", name]
+    if req.offline:
+        argv.append("--offline")
+    return argv
+
+
+def preferences_text(preferences: Sequence[LockedPackage]) -> str:
+    """A minimal PEP 751 file uv reads as preferences (only names and versions matter)."""
+    lines = ['lock-version = "1.0"', 'created-by = "envbuild"', ""]
+    for p in sorted(preferences, key=lambda p: p.name):
+        lines += ["[[packages]]", f'name = "{p.name}"', f'version = "{p.version}"', ""]
+    return "\n".join(lines)
+
+
+def target_environment(python: str, platform: str) -> dict[str, str]:
+    """PEP 508 marker environment of the image (CPython on Linux)."""
+    return {
+        "implementation_name": "cpython",
+        "implementation_version": f"{python}.0",
+        "os_name": "posix",
+        "platform_machine": platform,
+        "platform_python_implementation": "CPython",
+        "platform_release": "",
+        "platform_system": "Linux",
+        "platform_version": "",
+        "python_full_version": f"{python}.0",
+        "python_version": python,
+        "sys_platform": "linux",
+    }
+
+
+def parse_pylock(text: str, req: PinRequest) -> tuple[LockedPackage, ...]:
+    """uv's PEP 751 output -> LockedPackage per package that applies to the target."""
+    from envbuild.request import toml_loads
+
+    data = toml_loads(text)
+    env = target_environment(req.python, req.platform)
+    out: list[LockedPackage] = []
+    for p in data.get("packages", []):
+        marker = p.get("marker")
+        if marker:
+            try:
+                if not Marker(marker).evaluate(env):
+                    continue
+            except InvalidMarker:
+                pass  # keep it: uv resolved it for this platform
+        files = list(p.get("wheels", []))
+        if not files and "sdist" in p:
+            files = [p["sdist"]]
+        hashes = sorted(
+            {f"sha256:{f['hashes']['sha256']}" for f in files if "sha256" in f.get("hashes", {})}
+        )
+        url = files[0].get("url", "") if files else ""
+        out.append(
+            LockedPackage(
+                name=str(canonicalize_name(p["name"])),
+                version=str(p["version"]),
+                hashes=tuple(hashes),
+                source=source_of(url, req, index=p.get("index")),
+            )
+        )
+    return tuple(sorted(out, key=lambda x: x.name))
+
+
+def source_of(url: str, req: PinRequest, *, index: str | None = None) -> str:
+    """The index (or find-links entry) a file came from, as the request names it."""
+    if index:
+        return str(index).rstrip("/")
+    indexes = [req.index_url or PYPI_SIMPLE, *req.extra_index_urls]
+    if url.startswith("file:") or url.startswith("/"):
+        path = urlsplit(url).path if url.startswith("file:") else url
+        for link in req.find_links:
+            base = urlsplit(link).path if link.startswith("file:") else link
+            if path.startswith(base.rstrip("/") + "/"):
+                return link
+        return req.find_links[0] if req.find_links else "file"
+    host = urlsplit(url).netloc
+    for ix in indexes:
+        ix_host = urlsplit(ix).netloc
+        # PyPI serves files from files.pythonhosted.org, not from pypi.org.
+        if host == ix_host or (host == "files.pythonhosted.org" and ix_host == "pypi.org"):
+            return ix.rstrip("/")
+    for link in req.find_links:
+        if host and urlsplit(link).netloc == host:
+            return link
+    return indexes[0].rstrip("/")
+
+
+# --- pip (fallback) ----------------------------------------------------------------------------
+
+
+def pip_argv(pip: Sequence[str], req: PinRequest, report: str) -> list[str]:
+    # pip < 24 refuses --platform without --target even for --dry-run; nothing is installed.
+    argv = [
+        *pip,
+        "install",
+        "--dry-run",
+        "--ignore-installed",
+        "--quiet",
+        "--report",
+        report,
+        "--only-binary",
+        ":all:",
+        "--platform",
+        f"{MANYLINUX}_{req.platform}",
+        "--python-version",
+        req.python,
+        "--implementation",
+        "cp",
+        "--index-url",
+        req.index_url or PYPI_SIMPLE,
+        "--target",
+        "target",
+        "--requirement",
+        "requirements.in",
+    ]
+    for url in req.extra_index_urls:
+        argv += ["--extra-index-url", url]
+    for link in req.find_links:
+        argv += ["--find-links", link]
+    return argv
+
+
+def parse_pip_report(text: str, req: PinRequest) -> tuple[LockedPackage, ...]:
+    """pip's `--report` JSON (format version 1) -> LockedPackage per install item."""
+    data = json.loads(text)
+    out = []
+    for item in data.get("install", []):
+        meta = item["metadata"]
+        info = item.get("download_info", {})
+        hashes = info.get("archive_info", {}).get("hashes", {})
+        sha = hashes.get("sha256")
+        url = info.get("url", "")
+        out.append(
+            LockedPackage(
+                name=str(canonicalize_name(meta["name"])),
+                version=str(meta["version"]),
+                hashes=(f"sha256:{sha}",) if sha else (),
+                source=source_of(url, req),
+            )
+        )
+    return tuple(sorted(out, key=lambda x: x.name))
+
+
+# --- errors ------------------------------------------------------------------------------------
+
+
+def _tail(text: str, lines: int = 12) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def classify_failure(tool: str, stderr: str, req: PinRequest) -> Exception:
+    """A typed error with a next step for a failed uv/pip run."""
+    low = stderr.lower()
+    detail = _tail(stderr)
+    if "network was disabled" in low or ("offline" in low and "cache" in low):
+        return PinError(
+            f"--offline: the {tool} cache does not hold everything this lock needs:\n{detail}",
+            hint="run the same command once without --offline to fill the cache",
+            fields={"tool": tool},
+        )
+    if "hash mismatch" in low or "hashes do not match" in low:
+        return PinError(
+            f"{tool} found a file whose hash differs from the recorded one:\n{detail}",
+            hint="the package index may have re-uploaded the file under the same version (the "
+            "PyTorch index has done so repeatedly), or it was altered on the way; check the "
+            "index, then re-lock with --upgrade-package NAME",
+            fields={"tool": tool},
+        )
+    if "no solution found" in low or "resolutionimpossible" in low or "conflict" in low:
+        return UnsatisfiableError(
+            f"the Python packages cannot be pinned together for Python {req.python} on "
+            f"linux/{req.platform}:\n{detail}",
+            hint="loosen the [packages] requirements or the [framework] range named above",
+            fields={"tool": tool, "reasons": detail.splitlines()},
+        )
+    if any(s in low for s in ("failed to fetch", "error sending request", "dns error", "connect")):
+        return PinError(
+            f"{tool} could not reach a package index:\n{detail}",
+            hint="check the network and the [indexes] URLs; with a filled cache, --offline "
+            "locks without network",
+            fields={"tool": tool},
+        )
+    return PinError(
+        f"{tool} failed to pin the Python packages:\n{detail}",
+        hint="run the command with ENVBUILD_DEBUG=1, or try the other resolver with "
+        "ENVBUILD_PYDEPS=pip",
+        fields={"tool": tool},
+    )
+
+
+# Settings that would silently add indexes, find-links or constraints to a lock: the request's
+# [indexes] are the only sources (a lock made on one machine must match one made on another).
+_LEAKY_ENV = (
+    "PIP_INDEX_URL",
+    "PIP_EXTRA_INDEX_URL",
+    "PIP_FIND_LINKS",
+    "PIP_CONSTRAINT",
+    "PIP_REQUIREMENT",
+    "PIP_NO_INDEX",
+    "PIP_ONLY_BINARY",
+    "PIP_NO_BINARY",
+    "PIP_PRE",
+)
+
+
+def isolated_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment for uv/pip: no index settings from the machine, keep TLS and caches."""
+    env = {
+        k: v
+        for k, v in environ.items()
+        if k not in _LEAKY_ENV
+        and not (
+            k.startswith("UV_") and k not in ("UV_CACHE_DIR", "UV_NATIVE_TLS", "UV_HTTP_TIMEOUT")
+        )
+    }
+    env["UV_PYTHON_DOWNLOADS"] = "never"  # uv must not fetch an interpreter to lock for one
+    env["PIP_CONFIG_FILE"] = os.devnull  # pip.conf may add indexes/find-links/constraints
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    return env
+
+
+# --- entry point -------------------------------------------------------------------------------
+
+
+def pin(
+    req: PinRequest,
+    *,
+    runner: Runner | None = None,
+    tool: str | None = None,
+) -> PinResult:
+    """Pin `req` transitively with hashes through uv (pip as fallback)."""
+    runner = runner or run_subprocess
+    name, base = select_tool(tool)
+    env = isolated_env(os.environ)
+    with tempfile.TemporaryDirectory(prefix="envbuild-pin-") as tmp:
+        work = Path(tmp)
+        (work / "requirements.in").write_text("\n".join(req.requirements) + "\n")
+        if name == "uv":
+            if req.preferences:
+                (work / PREFERENCES_FILE).write_text(preferences_text(req.preferences))
+            result = runner(uv_argv(base, req), work, env)
+            if result.returncode != 0:
+                raise classify_failure("uv", result.stderr, req)
+            out = work / PREFERENCES_FILE
+            text = out.read_text() if out.exists() else result.stdout
+            packages = parse_pylock(text, req)
+        else:
+            if req.offline:
+                raise PinError(
+                    "--offline needs uv: pip has no offline resolution from its cache",
+                    hint="pip install uv, or lock without --offline",
+                )
+            result = runner(pip_argv(base, req, "report.json"), work, env)
+            if result.returncode != 0:
+                raise classify_failure("pip", result.stderr, req)
+            report = work / "report.json"
+            packages = parse_pip_report(report.read_text() if report.exists() else "{}", req)
+    if not packages:
+        raise PinError(
+            f"{name} returned no packages for {list(req.requirements)}",
+            hint="run with ENVBUILD_DEBUG=1 and report it",
+        )
+    return PinResult(packages=packages, tool=name)
+
+
+# --- what the framework's own wheel metadata pinned --------------------------------------------
+
+_CUDNN = re.compile(r"^nvidia-cudnn-cu(\d+)$")
+_NCCL = re.compile(r"^nvidia-nccl-cu(\d+)$")
+_RUNTIME = re.compile(r"^nvidia-cuda-runtime(?:-cu(\d+))?$")
+
+
+@dataclass(frozen=True)
+class CudaLibs:
+    """CUDA libraries as the resolved wheels pin them (the framework's metadata decides)."""
+
+    cudnn: str | None = None
+    nccl: str | None = None
+    cuda_runtime: str | None = None
+    """nvidia-cuda-runtime(-cuXX) version: "12.8.90" (its major.minor is the CUDA minor)."""
+    cuda_toolkit: str | None = None
+    """The `cuda-toolkit` meta-package version torch >= 2.11 pins: "13.0.2"."""
+
+
+def cuda_libs(packages: Sequence[LockedPackage]) -> CudaLibs:
+    libs: dict[str, str] = {}
+    for p in packages:
+        if _CUDNN.match(p.name):
+            libs["cudnn"] = p.version
+        elif _NCCL.match(p.name):
+            libs["nccl"] = p.version
+        elif _RUNTIME.match(p.name):
+            libs["cuda_runtime"] = p.version
+        elif p.name == "cuda-toolkit":
+            libs["cuda_toolkit"] = p.version
+    return CudaLibs(**libs)
+
+
+def same_release(matrix_value: str, wheel_value: str) -> bool:
+    """ "9.10.2" (matrix) agrees with "9.10.2.21" (wheel): compare on the matrix's precision."""
+    try:
+        a = Version(matrix_value).release
+        b = Version(wheel_value).release
+    except InvalidVersion:
+        return matrix_value == wheel_value
+    n = min(len(a), len(b))
+    return a[:n] == b[:n]

@@ -1,0 +1,555 @@
+"""Lock -> Dockerfile text (Jinja2 templates in `templates/`) and the build context around it.
+
+`render_dockerfile` is pure apart from reading templates: every value that reaches a template is
+validated here first (PEP 508 names, PEP 440 versions, sha256 hashes, image references, URLs
+without shell or Dockerfile metacharacters), so a lock or option that carries a newline, quote,
+backslash or a smuggled instruction stops with a `UserError` (exit 2) before anything renders.
+Dockerfile text lives only in the templates. `build_context` adds the files the Dockerfile
+COPYs; `context_tar` packs them reproducibly (sorted, mtime 0, root-owned).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import re
+import tarfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from envbuild import resources
+from envbuild.errors import UserError
+
+if TYPE_CHECKING:
+    from envbuild.matrix import Matrix
+    from envbuild.models import Lock
+
+USER_TEMPLATE = "Dockerfile.j2"
+"""A user template in the image folder; it may `{% extends envbuild_template %}`."""
+BUILTIN_PREFIX = "envbuild"
+BASE_TEMPLATE = "envbuild/base.Dockerfile.j2"
+DEVEL_TEMPLATE = "envbuild/devel.Dockerfile.j2"
+
+CA_SECRET_ID = "envbuild-ca"
+"""BuildKit secret id of the CA certificate (`--secret id=envbuild-ca,src=<context>/certs/ca.crt`)."""
+CA_CONTEXT_PATH = "certs/ca.crt"
+WHEELS_CONTEXT_DIR = "wheels"
+USER_UID = 1000
+USER_NAME = "envbuild"
+
+_FIX_LOCK = "fix the request (envbuild.toml) and run `envbuild lock <image dir>` again"
+
+
+@dataclass(frozen=True)
+class RenderOptions:
+    """How to render beyond what the lock says (CLI flags of `render` and `image`)."""
+
+    base_image: str | None = None
+    """Replaces the locked base image (for `devel` stacks: the final stage's base)."""
+    ca_cert: bytes | None = None
+    """A PEM CA certificate (corporate proxy): used by apt and pip during the build only."""
+    index_url: str | None = None
+    """Replaces the lock's index URL (a mirror); hashes are still checked."""
+    find_links: Path | None = None
+    """A wheelhouse folder, copied into the context as `wheels/`."""
+    buildkit: bool = False
+    """Render BuildKit-only features: `# syntax=`, a pip cache mount, a secret for the CA."""
+    source: str | None = None
+    """`org.opencontainers.image.source` (the repository URL), when known."""
+
+
+@dataclass(frozen=True)
+class RenderResult:
+    """What `api.render` did: the Dockerfile, and where it wrote files (None = nowhere)."""
+
+    dockerfile: str
+    output: Path | None = None
+    context: Path | None = None
+    context_files: int = 0
+
+
+# --- validation (allow-lists; anything else is refused) -------------------------------------
+
+_NAME = re.compile(r"[A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9._-]*[A-Za-z0-9]")  # PEP 508 names
+_VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+!_-]*")  # then PEP 440 through `packaging`
+_SHA256 = re.compile(r"sha256:[0-9a-f]{64}")
+_IMAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_VARIANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+_PYTHON = re.compile(r"[0-9]+\.[0-9]+")
+_CUDA = re.compile(r"[0-9]+(\.[0-9]+){0,3}")
+_OS = re.compile(r"(ubuntu|debian)[0-9][0-9.]*")
+_OS_PACKAGE = re.compile(r"[a-z0-9][a-z0-9+.-]+")  # Debian policy 5.6.1 package names
+# NVIDIA_REQUIRE_CUDA: constraints `cuda`, `driver`, `arch`, `brand`; space = OR, comma = AND
+# (nvidia-container-toolkit cmd/nvidia-container-runtime/README.md).
+_REQUIRE_CUDA = re.compile(
+    r"[a-z]+(>=|<=|=|<|>)[A-Za-z0-9.]+([, ][a-z]+(>=|<=|=|<|>)[A-Za-z0-9.]+)*"
+)
+# URLs go unquoted into a RUN shell line: only characters that are neither shell nor
+# Dockerfile syntax (no whitespace, quotes, backslash, $, `, ;, &, |, (), <>, globs, #, @).
+_URL = re.compile(r"(https?)://[A-Za-z0-9.-]+(:[0-9]+)?(/[A-Za-z0-9._~:/%+=,-]*)?")
+
+# The distribution reference grammar (github.com/distribution/reference, reference.go):
+# name [":" tag] ["@" digest]; IPv6 hosts are not accepted here.
+_ALNUM = r"[a-z0-9]+"
+_SEP = r"(?:[._]|__|-+)"
+_PATH_COMPONENT = rf"{_ALNUM}(?:{_SEP}{_ALNUM})*"
+_DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_DOMAIN = rf"{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*(?::[0-9]+)?"
+_REF_NAME = rf"(?:{_DOMAIN}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*"
+_TAG = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
+_DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}"
+_IMAGE_REF = re.compile(rf"(?P<name>{_REF_NAME})(?::(?P<tag>{_TAG}))?(?:@(?P<digest>{_DIGEST}))?")
+
+
+def _refuse(what: str, value: object, why: str, hint: str = _FIX_LOCK) -> UserError:
+    return UserError(
+        f"{what} {value!r} cannot go into a Dockerfile: {why}",
+        hint=hint,
+        fields={"field": what, "value": str(value)},
+    )
+
+
+def _check(
+    pattern: re.Pattern[str], value: object, what: str, why: str, hint: str = _FIX_LOCK
+) -> str:
+    if not isinstance(value, str) or pattern.fullmatch(value) is None:
+        raise _refuse(what, value, why, hint)
+    return value
+
+
+def check_package_name(value: object, what: str = "package name") -> str:
+    return _check(_NAME, value, what, "not a PEP 508 project name")
+
+
+def check_version(value: object, what: str = "version") -> str:
+    from packaging.version import InvalidVersion, Version
+
+    text = _check(_VERSION, value, what, "not a PEP 440 version")
+    try:
+        Version(text)
+    except InvalidVersion:
+        raise _refuse(what, value, "not a PEP 440 version") from None
+    return text
+
+
+def check_hash(value: object, what: str = "hash") -> str:
+    return _check(_SHA256, value, what, 'not "sha256:" and 64 lowercase hex digits')
+
+
+def check_url(value: object, what: str = "URL", hint: str = _FIX_LOCK) -> str:
+    text = _check(
+        _URL,
+        value,
+        what,
+        "not an http(s) URL made only of letters, digits and . - _ ~ : / % + = ,"
+        " (no credentials, query, quotes, spaces or shell characters)",
+        hint,
+    )
+    return text.rstrip("/") if text.count("/") > 2 else text
+
+
+def check_image_ref(value: object, what: str = "base image", hint: str = _FIX_LOCK) -> str:
+    if not isinstance(value, str) or len(value) > 255:
+        raise _refuse(what, value, "not an image reference", hint)
+    m = _IMAGE_REF.fullmatch(value)
+    if m is None:
+        raise _refuse(what, value, "not an image reference (registry/name:tag[@sha256:...])", hint)
+    if m.group("tag") is None and m.group("digest") is None:
+        raise _refuse(what, value, "no tag or digest (hadolint DL3006)", hint)
+    return value
+
+
+def check_digest(value: object, what: str = "base image digest") -> str:
+    return _check(_SHA256, value, what, 'not "sha256:" and 64 lowercase hex digits')
+
+
+def check_options(options: RenderOptions) -> RenderOptions:
+    """Validate the options a user typed, before any lock is read (exit 2 on bad input)."""
+    flag_hint = "correct the option value and run the command again"
+    if options.base_image is not None:
+        check_image_ref(options.base_image, "--base-image", flag_hint)
+    if options.index_url is not None:
+        check_url(options.index_url, "--index-url", flag_hint)
+    if options.source is not None:
+        check_url(options.source, "image source URL", flag_hint)
+    if options.ca_cert is not None:
+        _check_pem(options.ca_cert)
+    if options.find_links is not None and not options.find_links.is_dir():
+        raise UserError(
+            f"--find-links {str(options.find_links)!r} is not a folder",
+            hint="give the folder that holds the wheels (a wheelhouse)",
+        )
+    return options
+
+
+def _check_pem(data: bytes) -> None:
+    try:
+        text = data.decode("ascii")
+    except UnicodeDecodeError:
+        text = ""
+    if "-----BEGIN CERTIFICATE-----" not in text:
+        raise UserError(
+            "the CA certificate is not a PEM certificate",
+            hint="give the PEM file (-----BEGIN CERTIFICATE-----) of the proxy's CA",
+        )
+
+
+# --- template values ------------------------------------------------------------------------
+
+
+def is_gpu(lock: Lock) -> bool:
+    """A GPU image carries the toolkit variables; CPU stacks (flavour cpu or no CUDA) do not."""
+    return lock.stack.flavour != "cpu" and lock.stack.cuda is not None
+
+
+def _is_devel(lock: Lock) -> bool:
+    base = lock.stack.base_image
+    return bool(base.builder) or "devel" in (lock.stack.flavour, base.flavour)
+
+
+def _strip_digest(ref: str) -> str:
+    return ref.split("@", 1)[0]
+
+
+def _devel_pair(ref: str) -> tuple[str, str]:
+    """(builder, final) refs for a devel stack: the final stage is the `base` flavour of the
+    same CUDA and OS (cudnn-devel -> cudnn-runtime); tag scheme from hub.docker.com/r/nvidia/cuda.
+    A ref outside that scheme builds and runs on the same image."""
+    name, _, tag = _strip_digest(ref).partition(":")
+    if "-cudnn-devel-" in tag:
+        return ref, f"{name}:{tag.replace('-cudnn-devel-', '-cudnn-runtime-', 1)}"
+    if "-devel-" in tag:
+        return ref, f"{name}:{tag.replace('-devel-', '-base-', 1)}"
+    if "-base-" in tag:
+        return f"{name}:{tag.replace('-base-', '-devel-', 1)}", ref
+    return ref, ref
+
+
+def _pin(ref: str, digest: str | None) -> str:
+    return f"{ref}@{digest}" if digest and "@" not in ref else ref
+
+
+def lock_sha256(lock_text: str) -> str:
+    """sha256 hex of the lock text as written (UTF-8): the `envbuild.lock.sha256` label."""
+    return hashlib.sha256(lock_text.encode("utf-8")).hexdigest()
+
+
+def _index_args(lock: Lock, options: RenderOptions) -> list[str]:
+    """pip options for where to look. They only add places; --require-hashes still decides."""
+    args: list[str] = []
+    index = options.index_url or lock.indexes.index_url
+    if index is not None:
+        index = check_url(index, "index URL")
+        args.append(f"--index-url {index}")
+    # PyPI is pip's default; with a mirror it is replaced, never added back as an extra.
+    seen = {index or _PYPI, _PYPI}
+    extras = list(lock.indexes.extra_index_urls)
+    if lock.stack.framework.index_url:
+        extras.append(lock.stack.framework.index_url)
+    extras += sorted(
+        {p.source for p in lock.packages if p.source.startswith(("http://", "https://"))}
+    )
+    for url in extras:
+        url = check_url(url, "extra index URL")
+        if url not in seen:
+            seen.add(url)
+            args.append(f"--extra-index-url {url}")
+    for link in lock.indexes.find_links:
+        link = check_url(
+            link,
+            "find-links",
+            hint="a local wheelhouse goes in with `envbuild render --find-links DIR`",
+        )
+        args.append(f"--find-links {link}")
+    if options.find_links is not None:
+        args.append(f"--find-links {_WHEELS_PATH}")
+    return args
+
+
+_PYPI = "https://pypi.org/simple"
+# Classic builder: the wheelhouse is COPYed here and removed by the install RUN.
+_WHEELS_PATH = "/tmp/envbuild-wheels"
+_CA_PATH_CLASSIC = "/opt/envbuild/certs/ca.crt"
+_CA_PATH_SECRET = f"/run/secrets/{CA_SECRET_ID}.crt"
+
+
+def template_values(
+    lock: Lock, *, options: RenderOptions, lock_text: str | None = None, default_name: str = ""
+) -> dict[str, Any]:
+    """Every value the templates see, validated. Public so tests can check the allow-lists.
+    `default_name` names the image when the lock has no name (the image folder's name)."""
+    check_options(options)
+    _packages(lock)  # the whole lock is checked, not only what this template happens to use
+    stack = lock.stack
+    fw = stack.framework
+    name = _check(
+        _IMAGE_NAME,
+        lock.name or default_name,
+        "image name",
+        "use letters, digits, '.', '_' or '-'",
+    )
+    python = _check(_PYTHON, stack.python, "Python version", 'write it as "3.12"')
+    os_name = _check(
+        _OS,
+        stack.os,
+        "OS",
+        "render supports Debian and Ubuntu bases (ubuntu24.04, debian12, ...)",
+    )
+    fw_name = check_package_name(fw.name, "framework")
+    fw_version = check_version(fw.version, "framework version")
+    variant = _check(
+        _VARIANT, fw.variant, "framework variant", "use letters, digits, '.', '_', '-'"
+    )
+    gpu = is_gpu(lock)
+    require_cuda = ""
+    cuda = ""
+    if gpu:
+        cuda = _check(_CUDA, stack.cuda, "CUDA version", "not a dotted version")
+        require_cuda = _check(
+            _REQUIRE_CUDA,
+            stack.base_image.require_cuda,
+            "NVIDIA_REQUIRE_CUDA",
+            'not a constraint list like "cuda>=12.8" (the lock must carry one for a GPU image)',
+        )
+
+    locked_ref = check_image_ref(stack.base_image.ref)
+    digest = check_digest(lock.base_digest) if lock.base_digest else None
+    builder_ref = ""
+    if _is_devel(lock):
+        if stack.base_image.builder:
+            # The resolver named the builder; the locked ref is the final stage's base.
+            builder, final = check_image_ref(stack.base_image.builder, "builder image"), locked_ref
+        else:
+            builder, final = _devel_pair(locked_ref)
+        builder_ref = _pin(builder, digest if builder == locked_ref else None)
+        final_digest = digest if final == locked_ref else None
+        base_ref = options.base_image or _pin(final, final_digest)
+        template = DEVEL_TEMPLATE
+    else:
+        final_digest = digest
+        base_ref = options.base_image or _pin(locked_ref, digest)
+        template = BASE_TEMPLATE
+    if options.base_image is not None:
+        final_digest = None
+    base_name = _strip_digest(base_ref)
+    label_digest = final_digest or (base_ref.split("@", 1)[1] if "@" in base_ref else None)
+
+    os_packages = [
+        _check(_OS_PACKAGE, p, "OS package", "not a Debian package name")
+        for p in (f"python{python}", f"python{python}-venv")
+    ]
+    text = lock_text if lock_text is not None else _dumps(lock)
+    if gpu:
+        description = f"{fw_name} {fw_version} ({variant}), CUDA {cuda}, Python {python}, {os_name}"
+    else:
+        description = f"{fw_name} {fw_version} ({variant}), Python {python}, {os_name}"
+    return {
+        "name": name,
+        "gpu": gpu,
+        "require_cuda": require_cuda,
+        "base_ref": base_ref,
+        "builder_ref": builder_ref,
+        "base_name": base_name,
+        "base_digest": label_digest,
+        "python": python,
+        "os_packages": os_packages,
+        "pip_index_args": _index_args(lock, options),
+        "wheels": options.find_links is not None,
+        "wheels_path": _WHEELS_PATH,
+        "ca_cert": options.ca_cert is not None,
+        "ca_path": _CA_PATH_SECRET if options.buildkit else _CA_PATH_CLASSIC,
+        "ca_secret_id": CA_SECRET_ID,
+        "buildkit": options.buildkit,
+        "user_uid": USER_UID,
+        "user_name": USER_NAME,
+        "description": description,
+        "version": fw_version,
+        "source": options.source,
+        "lock_sha256": lock_sha256(text),
+        "envbuild_template": template,
+    }
+
+
+def _dumps(lock: Lock) -> str:
+    from envbuild import lockfile
+
+    return lockfile.dumps(lock)
+
+
+# --- rendering ------------------------------------------------------------------------------
+
+
+def _environment(template_dir: Path | None) -> Any:
+    import jinja2
+
+    builtin = jinja2.PrefixLoader(
+        {BUILTIN_PREFIX: jinja2.FileSystemLoader(str(resources.templates_dir()))}
+    )
+    # Built-ins first: an image folder cannot shadow "envbuild/..." templates.
+    loaders: list[jinja2.BaseLoader] = [builtin]
+    if template_dir is not None:
+        loaders.append(jinja2.FileSystemLoader(str(template_dir)))
+    return jinja2.Environment(
+        loader=jinja2.ChoiceLoader(loaders),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,  # Dockerfile text, not HTML; values are validated instead
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+
+
+def _tidy(text: str) -> str:
+    """One blank line at most between instructions; exactly one newline at the end."""
+    out: list[str] = []
+    for raw in text.splitlines():
+        line = raw.rstrip()
+        if not line and (not out or not out[-1]):
+            continue
+        out.append(line)
+    while out and not out[-1]:
+        out.pop()
+    return "\n".join(out) + "\n"
+
+
+def render_dockerfile(
+    lock: Lock,
+    *,
+    options: RenderOptions,
+    template_dir: Path | None = None,
+    lock_text: str | None = None,
+) -> str:
+    """The Dockerfile of a lock. `template_dir` is the image folder: a `Dockerfile.j2` there
+    extends a built-in template. `lock_text` is the lock as written (its sha256 becomes a
+    label); None = `lockfile.dumps(lock)`."""
+    import jinja2
+
+    values = template_values(
+        lock,
+        options=options,
+        lock_text=lock_text,
+        default_name=template_dir.name if template_dir is not None else "",
+    )
+    env = _environment(template_dir)
+    entry = where = values["envbuild_template"]
+    if template_dir is not None and (template_dir / USER_TEMPLATE).is_file():
+        entry, where = USER_TEMPLATE, str(template_dir / USER_TEMPLATE)
+    try:
+        text: str = env.get_template(entry).render(values)
+    except jinja2.TemplateError as exc:
+        line = getattr(exc, "lineno", None)
+        raise UserError(
+            f"template {where} failed: {exc.message or type(exc).__name__}"
+            + (f" (line {line})" if line else ""),
+            hint="fix the template; it may `{% extends envbuild_template %}` and override blocks",
+            fields={"template": where},
+        ) from None
+    return _tidy(text)
+
+
+# --- requirements, constraints, build context -----------------------------------------------
+
+
+def _packages(lock: Lock) -> list[tuple[str, str, list[str]]]:
+    rows = []
+    for p in sorted(lock.packages, key=lambda p: p.name):
+        name = check_package_name(p.name)
+        version = check_version(p.version, f"version of {name}")
+        hashes = sorted({check_hash(h, f"hash of {name}") for h in p.hashes})
+        if not hashes:
+            raise UserError(
+                f"{name}=={version} has no hash in the lock; --require-hashes would refuse it",
+                hint="run `envbuild lock <image dir>` again",
+            )
+        rows.append((name, version, hashes))
+    return rows
+
+
+def requirements_text(lock: Lock) -> str:
+    """`name==version --hash=sha256:...` for every locked package (pip hash-checking mode)."""
+    lines = [f"# {lock.name}: installed with pip --require-hashes --no-deps (from envbuild.lock)"]
+    for name, version, hashes in _packages(lock):
+        lines.append(f"{name}=={version} \\")
+        lines += [f"    --hash={h} \\" for h in hashes[:-1]]
+        lines.append(f"    --hash={hashes[-1]}")
+    return "\n".join(lines) + "\n"
+
+
+def constraints_text(lock: Lock) -> str:
+    """The lock's pins for PIP_CONSTRAINT: later installs keep these versions."""
+    lines = [f"# {lock.name}: the pins of envbuild.lock; later pip installs must keep them"]
+    lines += [f"{name}=={version}" for name, version, _ in _packages(lock)]
+    return "\n".join(lines) + "\n"
+
+
+def _payload_files() -> dict[str, bytes]:
+    root = resources.payload_dir()
+    out: dict[str, bytes] = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root)
+        if "__pycache__" in rel.parts or path.suffix == ".pyc" or not path.is_file():
+            continue
+        out[f"payload/{rel.as_posix()}"] = path.read_bytes()
+    return out
+
+
+def _wheel_files(folder: Path) -> dict[str, bytes]:
+    out: dict[str, bytes] = {}
+    for path in sorted(folder.rglob("*")):
+        if path.is_file():
+            out[f"{WHEELS_CONTEXT_DIR}/{path.relative_to(folder).as_posix()}"] = path.read_bytes()
+    return out
+
+
+def build_context(
+    lock: Lock,
+    lock_text: str,
+    *,
+    image_dir: Path,
+    options: RenderOptions,
+    matrix: Matrix | None = None,
+) -> dict[str, bytes]:
+    """Every file the build sends (relative path -> bytes, "Dockerfile" at the root), sorted.
+    `matrix` feeds the smoke plan; None = the shipped matrix."""
+    from envbuild import smoke
+
+    if matrix is None:
+        from envbuild.matrix import load_matrix
+
+        matrix = load_matrix()
+    files: dict[str, bytes] = {
+        "Dockerfile": render_dockerfile(
+            lock, options=options, template_dir=image_dir, lock_text=lock_text
+        ).encode("utf-8"),
+        "requirements.lock": requirements_text(lock).encode("utf-8"),
+        "constraints.txt": constraints_text(lock).encode("utf-8"),
+        "envbuild.lock": lock_text.encode("utf-8"),
+    }
+    # A CPU image's smoke plan must allow the CPU; a GPU image's must not fall back to it.
+    plan = smoke.plan(lock, allow_cpu=not is_gpu(lock), matrix=matrix)
+    files["plan.json"] = (json.dumps(plan, sort_keys=True, indent=2) + "\n").encode("utf-8")
+    files.update(_payload_files())
+    if options.ca_cert is not None:
+        files[CA_CONTEXT_PATH] = options.ca_cert
+    if options.find_links is not None:
+        files.update(_wheel_files(options.find_links))
+    return dict(sorted(files.items()))
+
+
+def context_tar(files: Mapping[str, bytes]) -> bytes:
+    """A reproducible tar of a build context: sorted, mtime 0, uid/gid 0, mode 0644."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for rel in sorted(files):
+            data = files[rel]
+            info = tarfile.TarInfo(rel)
+            info.size = len(data)
+            info.mtime = 0
+            info.mode = 0o644
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()

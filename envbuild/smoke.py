@@ -1,0 +1,361 @@
+"""The smoke plan and verdict (pure): what the payload must check, and what its report means.
+
+`plan(lock, ...)` turns a lock (or nothing, for a bare host) into the JSON-able plan the
+payload reads (`/opt/envbuild/plan.json` inside images); `parse_report(stdout)` takes the
+payload's last `ENVBUILD-SMOKE-REPORT {json}` line; `evaluate(report, plan)` re-checks the
+report against the plan and gives the verdict with a fix hint per failure. The rules for the
+figures live in `envbuild/payload/smoke_checks.py` (standard library only, shared with the
+payload), so the host and the image judge alike.
+
+Exit codes of `envbuild smoke`: 0 = pass, 1 = the payload ran and the verdict is "no" (like
+`lock --check`), 6 (SmokeFailed) = no verdict: the payload crashed, hung or printed no report.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from envbuild.errors import SmokeFailed
+from envbuild.matrix import Matrix
+from envbuild.models import Lock, SmokeSettings
+from envbuild.payload import smoke_checks as ck
+
+PLAN_SCHEMA = 1
+MIN_FREE_MIB = {1: 512, 2: 4096}
+"""Free GPU memory the payload asks for before it starts: tier 2 peaks at ~2.5 GiB on an H200
+(benchmarks/results/h200-smoke-full.json: NVML peak 2485 MiB incl. the CUDA context)."""
+COLLECTIVE_TIMEOUT_S = 60
+REQUIRED_TIER1 = ("gpu-visible", "cuda-build", "driver-floor", "shm")
+REQUIRED_TIER2 = ("loss-falling", "grads")
+# Packages whose locked version is the library the framework loads (torch/JAX CUDA wheels).
+_CUDNN_PACKAGES = ("nvidia-cudnn-cu13", "nvidia-cudnn-cu12", "nvidia-cudnn-cu11")
+_NCCL_PACKAGES = ("nvidia-nccl-cu13", "nvidia-nccl-cu12", "nvidia-nccl-cu11")
+
+
+@dataclass(frozen=True)
+class FailedCheck:
+    name: str
+    tier: int
+    status: str
+    figure: str
+    hint: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "tier": self.tier,
+            "status": self.status,
+            "figure": self.figure,
+            "hint": self.hint,
+        }
+
+
+@dataclass(frozen=True)
+class SmokeVerdict:
+    """The judgement of one report against its plan; `summary` is the line a CLI prints."""
+
+    ok: bool
+    failed: tuple[FailedCheck, ...]
+    warnings: tuple[FailedCheck, ...]
+    device: str
+    summary: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "device": self.device,
+            "summary": self.summary,
+            "failed": [f.to_json() for f in self.failed],
+            "warnings": [w.to_json() for w in self.warnings],
+        }
+
+
+@dataclass(frozen=True)
+class SmokeOutcome:
+    """One `envbuild smoke` run (api.smoke): the plan sent, the payload's report, the verdict."""
+
+    plan: dict[str, Any]
+    report: dict[str, Any]
+    verdict: SmokeVerdict
+    returncode: int
+
+
+# --- plan ------------------------------------------------------------------------------------
+
+
+def _locked_version(lock: Lock, names: tuple[str, ...]) -> str | None:
+    for pkg in lock.packages:
+        if pkg.name in names:
+            return pkg.version
+    return None
+
+
+def plan(
+    lock: Lock | None,
+    *,
+    allow_cpu: bool,
+    matrix: Matrix,
+    tier: int | None = None,
+) -> dict[str, Any]:
+    """The smoke plan for a lock (None = a bare host: no expectations, framework detected).
+
+    Deterministic (sorted keys when dumped, no clock): it is written into the build context.
+    A CPU lock (no CUDA) always allows the CPU.
+    """
+    settings = lock.smoke if lock is not None else SmokeSettings()
+    run_tier = tier if tier is not None else settings.tier
+    if run_tier not in (1, 2):
+        raise ValueError(f"tier must be 1 or 2, not {run_tier}")
+    expect: dict[str, str] = {}
+    framework = "auto"
+    driver_floor: str | None = None
+    locked_archs: list[str] = []
+    name = ""
+    cpu_lock = False
+    if lock is not None:
+        stack = lock.stack
+        name = lock.name
+        framework = stack.framework.name
+        expect["framework"] = stack.framework.version
+        cpu_lock = stack.cuda is None
+        if stack.cuda is not None:
+            expect["cuda"] = stack.cuda
+            cudnn = _locked_version(lock, _CUDNN_PACKAGES) or stack.cudnn
+            nccl = _locked_version(lock, _NCCL_PACKAGES) or stack.nccl
+            if cudnn:
+                expect["cudnn"] = cudnn
+            if nccl:
+                expect["nccl"] = nccl
+        if stack.floors is not None:
+            driver_floor = stack.floors.effective
+        locked_archs = list(stack.archs)
+    baselines = [
+        {
+            "gpu": b.gpu,
+            "bf16_tflops": b.bf16_tflops,
+            "mem_bw_tbs": b.mem_bw_tbs,
+            "confidence": b.confidence,
+            "source": b.source,
+        }
+        for b in sorted(matrix.baselines, key=lambda b: b.gpu)
+    ]
+    return {
+        "schema": PLAN_SCHEMA,
+        "name": name,
+        "input_hash": lock.input_hash if lock is not None else None,
+        "framework": framework,
+        "tier": run_tier,
+        "allow_cpu": bool(allow_cpu or cpu_lock),
+        "steps": settings.steps,
+        "timeout_s": settings.timeout_s,
+        "min_shm_mib": settings.min_shm_mib,
+        "min_free_mib": MIN_FREE_MIB[run_tier],
+        "driver_floor": driver_floor,
+        "expect": expect,
+        "locked_archs": locked_archs,
+        "baselines": baselines,
+        "floor_ratio": ck.FLOOR_RATIO,
+        "multi_gpu": True,
+        "collective_timeout_s": COLLECTIVE_TIMEOUT_S,
+    }
+
+
+# --- report ----------------------------------------------------------------------------------
+
+
+def parse_report(stdout: str) -> dict[str, Any]:
+    """The payload's report: the last `ENVBUILD-SMOKE-REPORT {json}` line of its stdout.
+
+    Raises SmokeFailed (no verdict) when the line is missing or is not a report.
+    """
+    prefix = ck.REPORT_MARKER + " "
+    line = next(
+        (ln for ln in reversed(stdout.splitlines()) if ln.startswith(prefix)),
+        None,
+    )
+    tail = "\n".join(stdout.strip().splitlines()[-5:])
+    if line is None:
+        raise SmokeFailed(
+            "the smoke payload printed no report (it crashed or was killed)",
+            hint="read its output above; run it by hand: python /opt/envbuild/payload "
+            "--plan /opt/envbuild/plan.json",
+            fields={"stdout_tail": tail},
+        )
+    try:
+        report = json.loads(line[len(prefix) :])
+    except json.JSONDecodeError as exc:
+        raise SmokeFailed(
+            f"the smoke report is not JSON: {exc}",
+            hint="the payload's output was cut or mixed with other output; rerun it",
+        ) from None
+    problem = _schema_problem(report)
+    if problem:
+        raise SmokeFailed(
+            f"the smoke report is malformed: {problem}",
+            hint="the payload and envbuild are different versions: rebuild the image",
+        )
+    return dict(report)
+
+
+def _schema_problem(report: Any) -> str:
+    if not isinstance(report, dict):
+        return "not a JSON object"
+    if report.get("schema") != ck.REPORT_SCHEMA:
+        return f"schema {report.get('schema')!r}, expected {ck.REPORT_SCHEMA}"
+    if not isinstance(report.get("ok"), bool):
+        return "'ok' is not a boolean"
+    checks = report.get("checks")
+    if not isinstance(checks, list):
+        return "'checks' is not a list"
+    for c in checks:
+        if not isinstance(c, dict) or not isinstance(c.get("name"), str):
+            return "a check has no name"
+        if c.get("status") not in ck.STATUSES:
+            return f"check {c.get('name')!r} has status {c.get('status')!r}"
+    return ""
+
+
+# --- verdict ---------------------------------------------------------------------------------
+
+
+def _failed(c: Mapping[str, Any]) -> FailedCheck:
+    return FailedCheck(
+        name=str(c.get("name", "?")),
+        tier=int(c.get("tier", 1) or 1),
+        status=str(c.get("status", "fail")),
+        figure=str(c.get("figure", "")),
+        hint=str(c.get("hint", "")),
+    )
+
+
+def evaluate(report: Mapping[str, Any], plan: Mapping[str, Any]) -> SmokeVerdict:
+    """Judge a report against its plan; the report's own "ok" is not trusted alone.
+
+    Fails on: any failed check; another framework than planned; a version seen that the plan
+    does not expect (re-checked here); and, for a report that failed nothing itself, a CPU
+    run the plan did not allow or required checks that are missing (a payload that skipped
+    its training run must not pass).
+    """
+    checks = [c for c in report.get("checks", []) if isinstance(c, Mapping)]
+    failed = [_failed(c) for c in checks if c.get("status") == "fail"]
+    warnings = tuple(_failed(c) for c in checks if c.get("status") == "warn")
+    names = {str(c.get("name")) for c in checks}
+    failed_names = {f.name for f in failed}
+    device = str(report.get("device", "cpu"))
+
+    def add(name: str, figure: str, hint: str, tier: int = 1) -> None:
+        if name not in failed_names:
+            failed.append(FailedCheck(name, tier, "fail", figure, hint))
+            failed_names.add(name)
+
+    # A report that failed on its own already says why; the defences below catch a report
+    # that passes without having tested what the plan asks (CPU fallback, skipped checks).
+    own_failure = bool(failed)
+    want_fw = str(plan.get("framework") or "auto")
+    if want_fw != "auto" and report.get("framework") != want_fw:
+        add(
+            "framework",
+            f"the payload tested {report.get('framework')!r}, the plan {want_fw!r}",
+            "run the image's own payload and plan (/opt/envbuild/plan.json)",
+        )
+    if device != "cuda" and not plan.get("allow_cpu") and not own_failure:
+        add(
+            "gpu-visible",
+            "the payload ran on the CPU",
+            "no GPU was visible: run the container with `--gpus all`; --allow-cpu only for "
+            "CPU images",
+        )
+    versions = report.get("versions") or {}
+    for label, expected in sorted((plan.get("expect") or {}).items()):
+        entry = versions.get(label) if isinstance(versions, Mapping) else None
+        if not isinstance(entry, Mapping):
+            if not own_failure:
+                add(
+                    f"version:{label}",
+                    "missing from the report",
+                    "the payload did not report this version: rebuild the image",
+                )
+            continue
+        seen = entry.get("seen")
+        if label == "nccl" and seen is None and report.get("framework") != "torch":
+            continue  # jax and tensorflow do not report their NCCL; the payload skips it
+        if ck.version_matches(str(expected), None if seen is None else str(seen)) is False:
+            add(
+                f"version:{label}",
+                f"seen {seen or 'none'}, plan expects {expected}",
+                f"the image does not hold the locked {label}: rebuild it from its lock",
+            )
+    required = list(REQUIRED_TIER1)
+    if int(plan.get("tier", 2)) >= 2:
+        required += list(REQUIRED_TIER2)
+    for name in required if not own_failure else ():
+        if name not in names:
+            add(
+                name,
+                "missing from the report",
+                "the payload did not run this check: the payload and envbuild differ, rebuild "
+                "the image",
+                tier=1 if name in REQUIRED_TIER1 else 2,
+            )
+    ok = not failed
+    total = len(checks)
+    # The GPUs the framework saw (CUDA_VISIBLE_DEVICES applied), else every GPU NVML lists.
+    seen_gpus = (report.get("metrics") or {}).get("framework_gpus")
+    if not isinstance(seen_gpus, list):
+        seen_gpus = (report.get("host") or {}).get("gpus", []) or []
+    gpus = ", ".join(str(g.get("name", "?")) for g in seen_gpus if isinstance(g, Mapping))
+    where = f"{report.get('framework') or '?'} on {device}" + (f" ({gpus})" if gpus else "")
+    seconds = (report.get("timings") or {}).get("total_s")
+    took = f" in {float(seconds):.1f} s" if isinstance(seconds, (int, float)) else ""
+    if ok:
+        extra = f", {len(warnings)} warning(s)" if warnings else ""
+        summary = f"smoke PASS: {where}, {total} checks{extra}{took}"
+    else:
+        summary = (
+            f"smoke FAIL: {where}, {len(failed)} of {max(total, len(failed))} checks failed "
+            f"({', '.join(f.name for f in failed)}){took}"
+        )
+    return SmokeVerdict(
+        ok=ok, failed=tuple(failed), warnings=warnings, device=device, summary=summary
+    )
+
+
+def format_report(report: Mapping[str, Any], verdict: SmokeVerdict) -> str:
+    """The human table of a report, the failures with their next step, and the verdict line."""
+    rows = [("TIER", "CHECK", "STATUS", "FIGURE")]
+    for c in report.get("checks", []):
+        rows.append(
+            (
+                str(c.get("tier", "")),
+                str(c.get("name", "")),
+                str(c.get("status", "")).upper(),
+                str(c.get("figure", "")),
+            )
+        )
+    reported = {str(c.get("name")) for c in report.get("checks", [])}
+    for f in verdict.failed:
+        if f.name not in reported:
+            rows.append((str(f.tier), f.name, "FAIL", f.figure))
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    lines = [
+        "  ".join(
+            [r[0].ljust(widths[0]), r[1].ljust(widths[1]), r[2].ljust(widths[2]), r[3]]
+        ).rstrip()
+        for r in rows
+    ]
+    for item in verdict.failed + verdict.warnings:
+        if item.hint:
+            lines.append(f"  {item.name}: {item.hint}")
+    lines.append(verdict.summary)
+    return "\n".join(lines)
+
+
+def verdict_json(report: Mapping[str, Any], verdict: SmokeVerdict) -> dict[str, Any]:
+    """What `envbuild smoke --json` prints: the report, its "ok" set by the verdict."""
+    out = dict(report)
+    out["ok"] = verdict.ok
+    out["verdict"] = verdict.to_json()
+    return out

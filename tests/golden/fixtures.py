@@ -1,0 +1,152 @@
+"""Hand-built locks for render tests and golden files, one per flavour, independent of the
+example folders (whose locks come from `envbuild lock`). Values mirror the shapes the
+resolver and locker write: nvidia/cuda tag scheme, NVIDIA_REQUIRE_CUDA syntax, sha256 pins.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+
+from envbuild.models import (
+    BaseImage,
+    Floors,
+    FrameworkPick,
+    Indexes,
+    LockedPackage,
+    SmokeSettings,
+    Stack,
+    Targets,
+)
+from envbuild.models import Lock as Lock
+
+
+def fake_sha(seed: str) -> str:
+    """A well-formed, stable sha256 pin for a fixture package (not a real file's hash)."""
+    return "sha256:" + hashlib.sha256(seed.encode()).hexdigest()
+
+
+def _pkg(name: str, version: str, source: str = "https://pypi.org/simple") -> LockedPackage:
+    hashes = tuple(sorted({fake_sha(f"{name}-{version}-a"), fake_sha(f"{name}-{version}-b")}))
+    return LockedPackage(name=name, version=version, hashes=hashes, source=source)
+
+
+TORCH_INDEX = "https://download.pytorch.org/whl/cu128"
+
+
+def gpu_lock() -> Lock:
+    """torch 2.7.1+cu128 wheels on nvidia/cuda 12.8.1 base, ubuntu24.04 (the default shape)."""
+    base = BaseImage(
+        ref="nvidia/cuda:12.8.1-base-ubuntu24.04",
+        flavour="base",
+        os="ubuntu24.04",
+        require_cuda="cuda>=12.0",
+    )
+    stack = Stack(
+        framework=FrameworkPick(
+            name="torch",
+            version="2.7.1",
+            variant="cu128",
+            requirement="torch==2.7.1",
+            index_url=TORCH_INDEX,
+            pypi_default=False,
+        ),
+        cuda="12.8.1",
+        cudnn="9.7.1",
+        nccl="2.26.2",
+        python="3.12",
+        os="ubuntu24.04",
+        flavour="base",
+        base_image=base,
+        archs=("sm_100", "sm_120", "sm_80", "sm_90"),
+        target_archs=("sm_90",),
+        floors=Floors(toolkit="570.124.06", minor_compat="525.60.13", relied_on="minor_compat"),
+        rows=("cuda:12.8.1",),
+    )
+    return Lock(
+        name="torch-train",
+        input_hash="sha256:" + "0" * 64,
+        stack=stack,
+        targets=Targets(gpus=("H100",), driver="535.104.05"),
+        platform="x86_64",
+        indexes=Indexes(),
+        smoke=SmokeSettings(),
+        base_digest="sha256:" + "ab" * 32,
+        packages=(
+            _pkg("torch", "2.7.1+cu128", TORCH_INDEX),
+            _pkg("filelock", "3.18.0"),
+            _pkg("nvidia-cublas-cu12", "12.8.3.14"),
+            _pkg("numpy", "2.2.6"),
+        ),
+    )
+
+
+def cpu_lock() -> Lock:
+    """torch CPU wheels on a plain Debian image: no toolkit variables."""
+    g = gpu_lock()
+    cpu_index = "https://download.pytorch.org/whl/cpu"
+    stack = dataclasses.replace(
+        g.stack,
+        framework=dataclasses.replace(
+            g.stack.framework, variant="cpu", index_url=cpu_index, requirement="torch==2.7.1"
+        ),
+        cuda=None,
+        cudnn=None,
+        nccl=None,
+        python="3.11",
+        os="debian12",
+        flavour="cpu",
+        base_image=BaseImage(ref="debian:bookworm-slim", flavour="cpu", os="debian12"),
+        archs=(),
+        target_archs=(),
+        floors=None,
+    )
+    return dataclasses.replace(
+        g,
+        name="torch-cpu",
+        stack=stack,
+        base_digest=None,
+        packages=(_pkg("torch", "2.7.1+cpu", cpu_index), _pkg("numpy", "2.2.6")),
+    )
+
+
+def devel_lock() -> Lock:
+    """A request that compiles CUDA extensions: devel builder, slim base final stage."""
+    g = gpu_lock()
+    base = dataclasses.replace(g.stack.base_image, builder="nvidia/cuda:12.8.1-devel-ubuntu24.04")
+    stack = dataclasses.replace(g.stack, base_image=base)
+    return dataclasses.replace(
+        g,
+        name="torch-ext",
+        stack=stack,
+        packages=(*g.packages, _pkg("flash-attn", "2.8.0.post2")),
+    )
+
+
+def plain_lock() -> Lock:
+    """CUDA only from wheels on a plain Ubuntu image, with a mirror index and extra indexes."""
+    g = gpu_lock()
+    base = BaseImage(
+        ref="ubuntu:22.04", flavour="plain", os="ubuntu22.04", require_cuda="cuda>=12.0"
+    )
+    stack = dataclasses.replace(
+        g.stack, python="3.10", os="ubuntu22.04", flavour="plain", base_image=base
+    )
+    return dataclasses.replace(
+        g,
+        name="torch-slim",
+        stack=stack,
+        base_digest=None,
+        indexes=Indexes(
+            index_url="https://mirror.example.com/pypi/simple",
+            extra_index_urls=("https://extra.example.com/simple",),
+        ),
+    )
+
+
+FIXTURES = {
+    "fixture-gpu": gpu_lock,
+    "fixture-cpu": cpu_lock,
+    "fixture-devel": devel_lock,
+    "fixture-plain": plain_lock,
+}

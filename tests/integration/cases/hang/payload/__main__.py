@@ -1,0 +1,5 @@
+"""Hangs (a GPU or NCCL call that never returns)."""
+
+import time
+
+time.sleep(3600)

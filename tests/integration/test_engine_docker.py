@@ -1,0 +1,241 @@
+"""The build -> smoke -> tag path on the real Docker engine, with tiny images FROM
+envbuild-e2e/base:bookworm (made by tests/e2e.sh) and stand-in payloads (cases/*/).
+
+Marked `engine`; skipped when no engine answers or the base image is missing. Every test
+checks that no smoke container is left behind and that no tag is written on failure.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from envbuild.build import (
+    LOCK_LABEL,
+    LOCK_SHA_LABEL,
+    REPORT_LABEL,
+    ROLE_LABEL,
+    ImageJob,
+    SmokeJudgement,
+    build_and_verify,
+)
+from envbuild.docker_engine import DockerEngine
+from envbuild.engine import RunResult, RunSpec
+from envbuild.errors import (
+    BuildError,
+    DiskFullError,
+    EngineError,
+    GpuUnavailableError,
+    SmokeFailed,
+)
+
+CASES = Path(__file__).parent / "cases"
+BASE = "envbuild-e2e/base:bookworm"
+MARKER = "ENVBUILD-SMOKE-REPORT "
+
+
+def context_of(case: str) -> dict[str, bytes]:
+    root = CASES / case
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts
+    }
+
+
+def judge(result: RunResult) -> SmokeJudgement:
+    """A minimal reader of the marker line, so these tests exercise only the engine path."""
+    lines = [ln for ln in result.stdout.splitlines() if ln.startswith(MARKER)]
+    if not lines:
+        raise ValueError("no ENVBUILD-SMOKE-REPORT line in the payload's output")
+    report = json.loads(lines[-1][len(MARKER) :])
+    return SmokeJudgement(ok=bool(report.get("ok")), report=report)
+
+
+@pytest.fixture(scope="module")
+def engine() -> DockerEngine:
+    eng = DockerEngine()
+    try:
+        eng.ping()
+    except EngineError as err:
+        pytest.skip(f"no Docker engine answers: {err.message}")
+    if not eng.image_exists(BASE):
+        pytest.skip(f"{BASE} is missing: `make e2e` (tests/e2e.sh) builds it")
+    return eng
+
+
+@pytest.fixture
+def tag(engine: DockerEngine) -> Iterator[str]:
+    ref = f"envbuild-it/case:{uuid.uuid4().hex[:12]}"
+    yield ref
+    if engine.image_exists(ref):
+        engine.remove_image(ref)
+
+
+def job(case: str, tag: str, **over: object) -> ImageJob:
+    fields: dict[str, object] = {
+        "name": f"it-{case}",
+        "context": context_of(case),
+        "lock_text": f"# stand-in lock for {case}\n",
+        "lock_sha256": uuid.uuid4().hex * 2,
+        "tag": tag,
+        "needs_gpu": True,
+        "allow_cpu": True,
+        "timeout_s": 60,
+        "shm_mib": 2048,
+        "locked_base_image": "nvidia/cuda:12.8.1-base-ubuntu24.04",
+        "base_image": BASE,
+    }
+    fields.update(over)
+    return ImageJob(**fields)  # type: ignore[arg-type]
+
+
+def smoke_leftovers(engine: DockerEngine, lock_sha256: str) -> list[str]:
+    """This test's smoke containers only: others may use the same engine at the same time."""
+    return engine.containers(f"{LOCK_SHA_LABEL}={lock_sha256}")
+
+
+pytestmark = pytest.mark.engine
+
+
+def test_pass_tags_with_lock_sha_and_report_labels(engine: DockerEngine, tag: str) -> None:
+    j = job("pass", tag)
+    out = build_and_verify(engine, j, judge=judge, progress=lambda _: None)
+    labels = engine.image_labels(tag)
+    assert labels[LOCK_SHA_LABEL] == j.lock_sha256
+    assert labels[LOCK_LABEL] == j.lock_text
+    report = json.loads(labels[REPORT_LABEL])
+    assert report["ok"] is True
+    assert report["device"] == "cpu"
+    assert report["envbuild"]["base_image"] == BASE
+    assert out.image_id == engine.client.images.get(tag).id
+    assert smoke_leftovers(engine, j.lock_sha256) == []
+
+
+def test_failing_run_step_is_a_build_error_naming_the_step(engine: DockerEngine, tag: str) -> None:
+    seen: list[str] = []
+    with pytest.raises(BuildError) as info:
+        build_and_verify(engine, job("failstep", tag), judge=judge, progress=seen.append)
+    err = info.value
+    assert err.exit_code == 5
+    assert "Step 2/" in err.message and "RUN" in err.message  # build-API labels add steps
+    assert any("about to fail" in line for line in err.fields["log_tail"])
+    assert not engine.image_exists(tag)
+    # The failing step's intermediate container is removed (forcerm). Other containers on
+    # this engine are not ours to judge, so look for this step's command only.
+    leftovers = [
+        c.id
+        for c in engine.client.containers.list(all=True)
+        if "about to fail" in " ".join(c.attrs["Config"].get("Cmd") or [])
+    ]
+    assert leftovers == []
+
+
+def test_crashing_payload_fails_without_tag_and_removes_candidate(
+    engine: DockerEngine, tag: str
+) -> None:
+    j = job("crash", tag)
+    with pytest.raises(SmokeFailed) as info:
+        build_and_verify(engine, j, judge=judge, progress=lambda _: None)
+    err = info.value
+    assert err.exit_code == 6
+    assert "crashed (exit 1)" in err.message
+    assert any("libcudnn" in line for line in err.fields["stderr_tail"])
+    assert not engine.image_exists(tag)
+    assert err.fields["candidate_id"] is None
+    assert smoke_leftovers(engine, j.lock_sha256) == []
+
+
+def test_keep_failed_keeps_the_candidate(engine: DockerEngine, tag: str) -> None:
+    with pytest.raises(SmokeFailed) as info:
+        build_and_verify(
+            engine, job("crash", tag, keep_failed=True), judge=judge, progress=lambda _: None
+        )
+    kept = info.value.fields["candidate_id"]
+    try:
+        assert engine.image_exists(kept)
+        assert not engine.image_exists(tag)
+    finally:
+        engine.remove_image(kept)
+
+
+def test_hanging_payload_is_killed_removed_and_untagged(engine: DockerEngine, tag: str) -> None:
+    j = job("hang", tag, timeout_s=3)
+    with pytest.raises(SmokeFailed) as info:
+        build_and_verify(engine, j, judge=judge, progress=lambda _: None)
+    err = info.value
+    assert err.fields["timed_out"] is True
+    assert 3 <= err.fields["duration_s"] < 30
+    assert not engine.image_exists(tag)
+    assert smoke_leftovers(engine, j.lock_sha256) == []
+
+
+def test_gpu_image_without_runtime_fails_before_the_build(engine: DockerEngine, tag: str) -> None:
+    if engine.has_nvidia_runtime():
+        pytest.skip("this engine can attach GPUs")
+    seen: list[str] = []
+    with pytest.raises(GpuUnavailableError) as info:
+        build_and_verify(
+            engine, job("pass", tag, allow_cpu=False), judge=judge, progress=seen.append
+        )
+    assert info.value.exit_code == 7
+    assert seen == []  # nothing was built
+    assert not engine.image_exists(tag)
+
+
+def test_gpu_request_on_a_gpu_less_engine_is_a_clear_error(engine: DockerEngine) -> None:
+    if engine.has_nvidia_runtime():
+        pytest.skip("this engine can attach GPUs")
+    mine = uuid.uuid4().hex
+    labels = {ROLE_LABEL: "smoke", LOCK_SHA_LABEL: mine}
+    spec = RunSpec(image=BASE, command=("true",), gpus=True, labels=labels)
+    with pytest.raises(GpuUnavailableError) as info:
+        engine.run(spec)
+    assert "nvidia-ctk --version" in info.value.hint
+    assert smoke_leftovers(engine, mine) == []
+
+
+def test_run_returns_exit_code_and_separate_streams(engine: DockerEngine) -> None:
+    mine = uuid.uuid4().hex
+    spec = RunSpec(
+        image=BASE,
+        command=("sh", "-c", "echo out; echo err >&2; exit 3"),
+        gpus=False,
+        shm_size="256m",
+        labels={ROLE_LABEL: "smoke", LOCK_SHA_LABEL: mine},
+    )
+    result = engine.run(spec)
+    assert (result.exit_code, result.stdout, result.stderr) == (3, "out\n", "err\n")
+    shm = engine.run(
+        RunSpec(
+            image=BASE,
+            command=("df", "-m", "/dev/shm"),
+            gpus=False,
+            shm_size="300m",
+            labels={ROLE_LABEL: "smoke", LOCK_SHA_LABEL: mine},
+        )
+    )
+    assert " 300 " in shm.stdout
+    assert smoke_leftovers(engine, mine) == []
+
+
+def test_missing_base_that_cannot_be_pulled_suggests_base_image(engine: DockerEngine) -> None:
+    # Whether or not a registry answers, this name cannot be pulled.
+    ctx = {"Dockerfile": (CASES / "nobase" / "Dockerfile").read_bytes()}
+    with pytest.raises(BuildError) as info:
+        engine.build(context=ctx, labels={}, progress=lambda _: None)
+    assert "envbuild-it/no-such-base:never" in info.value.message
+    assert "--base-image" in info.value.hint
+
+
+def test_disk_full_during_build_is_its_own_error(engine: DockerEngine) -> None:
+    ctx = {"Dockerfile": (CASES / "diskfull" / "Dockerfile").read_bytes()}
+    with pytest.raises(DiskFullError) as info:
+        engine.build(context=ctx, labels={}, progress=lambda _: None)
+    assert info.value.exit_code == 3
+    assert "disk space" in info.value.message
+    assert "docker system df" in info.value.hint

@@ -1,0 +1,184 @@
+"""The engines' pure parts: the build stream parser and its error classes, the buildx command
+line, NVIDIA runtime detection from `docker info`, the context tar, image reference checks."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from envbuild.buildx_engine import buildx_command, write_context
+from envbuild.docker_engine import BuildStream, context_tar, nvidia_available
+from envbuild.errors import BuildError, DiskFullError, UserError
+from envbuild.image_job import check_tag
+
+
+def feed_all(chunks: list[dict[str, object]]) -> tuple[BuildStream, list[str]]:
+    seen: list[str] = []
+    stream = BuildStream(seen.append)
+    for chunk in chunks:
+        stream.feed(chunk)
+    stream.flush()
+    return stream, seen
+
+
+def test_stream_lines_partial_chunks_and_image_id() -> None:
+    stream, seen = feed_all(
+        [
+            {"stream": "Step 1/2 : FROM base\n"},
+            {"stream": " ---> abc\nStep 2/2 : RUN ec"},
+            {"stream": "ho hi\n"},
+            {"aux": {"ID": "sha256:" + "1" * 64}},
+            {"stream": "Successfully built 111111111111\n"},
+        ]
+    )
+    assert "Step 2/2 : RUN echo hi" in seen
+    assert stream.image_id == "sha256:" + "1" * 64
+    assert stream.step == "Step 2/2 : RUN echo hi"
+
+
+def test_stream_hides_label_values_but_keeps_the_step() -> None:
+    _, seen = feed_all(
+        [
+            {"stream": "Step 3/3 : LABEL envbuild.lock=# lock\n"},
+            {"stream": "name = 'x'\n[[package]]\n"},
+            {"stream": " ---> Running in 123\n"},
+            {"stream": "Successfully built 222222222222\n"},
+        ]
+    )
+    assert not any("[[package]]" in s for s in seen)
+    assert any(s.startswith("Step 3/3 : LABEL") for s in seen)
+    assert "Successfully built 222222222222" in seen
+
+
+def test_failing_step_names_step_and_tail() -> None:
+    seen: list[str] = []
+    stream = BuildStream(seen.append)
+    stream.feed({"stream": "Step 4/9 : RUN pip install torch\n"})
+    stream.feed({"stream": "ERROR: THESE PACKAGES DO NOT MATCH THE HASHES\n"})
+    with pytest.raises(BuildError) as info:
+        stream.feed(
+            {
+                "error": "The command '/bin/sh -c pip install torch' returned a non-zero code: 1",
+                "errorDetail": {"code": 1},
+            }
+        )
+    err = info.value
+    assert err.exit_code == 5
+    assert "Step 4/9 : RUN pip install torch" in err.message
+    assert "DO NOT MATCH THE HASHES" in "\n".join(err.fields["log_tail"])
+
+
+def test_disk_full_is_its_own_error() -> None:
+    stream = BuildStream(lambda _: None)
+    stream.feed({"stream": "Step 5/9 : RUN pip install torch\n"})
+    with pytest.raises(DiskFullError) as info:
+        stream.feed({"error": "write /opt/venv/x: no space left on device"})
+    assert info.value.exit_code == 3
+    assert "docker system df" in info.value.hint
+
+
+def test_pull_refused_suggests_base_image() -> None:
+    stream = BuildStream(lambda _: None)
+    stream.feed({"stream": "Step 1/9 : FROM nvidia/cuda:12.8.1-base-ubuntu24.04\n"})
+    with pytest.raises(BuildError) as info:
+        stream.feed(
+            {
+                "error": 'Get "https://registry-1.docker.io/v2/": dial tcp: lookup '
+                "registry-1.docker.io: no such host"
+            }
+        )
+    assert "nvidia/cuda:12.8.1-base-ubuntu24.04" in info.value.message
+    assert "--base-image" in info.value.hint
+
+
+def test_buildx_command_line(tmp_path: Path) -> None:
+    cmd = buildx_command(context_dir=tmp_path, iidfile=tmp_path / "iid")
+    assert cmd[:4] == ["docker", "buildx", "build", "--load"]
+    assert "--progress=plain" in cmd
+    assert cmd[cmd.index("--iidfile") + 1] == str(tmp_path / "iid")
+    assert cmd[cmd.index("--file") + 1] == str(tmp_path / "Dockerfile")
+    assert cmd[-1] == str(tmp_path)
+    assert "--pull" not in cmd
+    assert not any(a.startswith("--label") for a in cmd)  # labels go through the engine API
+    assert "--pull" in buildx_command(context_dir=tmp_path, iidfile=tmp_path / "i", pull=True)
+
+
+def test_write_context_refuses_escaping_paths(tmp_path: Path) -> None:
+    write_context({"Dockerfile": b"FROM x\n", "a/b.txt": b"1"}, tmp_path)
+    assert (tmp_path / "a" / "b.txt").read_bytes() == b"1"
+    with pytest.raises(UserError):
+        write_context({"../evil": b""}, tmp_path)
+
+
+def test_nvidia_detection_from_docker_info(tmp_path: Path) -> None:
+    assert nvidia_available({"Runtimes": {"runc": {}, "nvidia": {}}}, local=False)
+    assert not nvidia_available({"Runtimes": {"runc": {}}}, local=False)
+    cdi = tmp_path / "cdi"
+    cdi.mkdir()
+    info = {"Runtimes": {"runc": {}}, "CDISpecDirs": [str(cdi)]}
+    hook_on_path = nvidia_available(info, local=True)
+    (cdi / "nvidia.yaml").write_text("cdiVersion: 0.5.0\n")
+    assert nvidia_available(info, local=True)
+    assert not nvidia_available(info, local=False)
+    assert isinstance(hook_on_path, bool)
+
+
+def test_context_tar_is_deterministic_and_complete() -> None:
+    ctx = {"b.txt": b"2", "Dockerfile": b"FROM x\n", "dir/c": b"3"}
+    first = context_tar(ctx)
+    assert first == context_tar(dict(reversed(list(ctx.items()))))
+    with tarfile.open(fileobj=io.BytesIO(first)) as tar:
+        members = tar.getmembers()
+        assert [m.name for m in members] == sorted(ctx)
+        assert {m.mtime for m in members} == {0}
+        for m in members:
+            f = tar.extractfile(m)
+            assert f is not None and f.read() == ctx[m.name]
+
+
+@pytest.mark.parametrize(
+    "ref",
+    ["envbuild/torch-slim:abc123", "localhost:5000/team/x:1.0", "x", "registry.io/a_b/c-d:T_1"],
+)
+def test_valid_tags(ref: str) -> None:
+    assert check_tag(ref) == ref
+
+
+@pytest.mark.parametrize(
+    "ref", ["Upper/case:x", "a b", "x:", "x:tag\nRUN rm -rf /", "x:1\n", "-x", ""]
+)
+def test_invalid_tags_are_user_errors(ref: str) -> None:
+    with pytest.raises(UserError):
+        check_tag(ref)
+
+
+class _Up:
+    """A docker engine stand-in that answers ping."""
+
+    def ping(self) -> None:
+        return None
+
+
+def test_buildkit_without_buildx_is_a_clear_user_error(tmp_path: Path) -> None:
+    from envbuild.buildx_engine import BuildxEngine, buildx_available
+
+    missing = str(tmp_path / "no-docker-here")
+    assert buildx_available(missing) is False
+    engine = BuildxEngine(docker_engine=_Up(), docker=missing)  # type: ignore[arg-type]
+    with pytest.raises(UserError) as info:
+        engine.ping()
+    assert "docker buildx version" in info.value.hint
+    assert "drop --buildkit" in info.value.hint
+
+
+def test_network_error_inside_a_run_step_is_a_step_failure_not_a_pull() -> None:
+    stream = BuildStream(lambda _: None)
+    stream.feed({"stream": "Step 6/9 : RUN pip install --require-hashes -r req.lock\n"})
+    stream.feed({"stream": "WARNING: Retrying after connection broken: dial tcp: i/o timeout\n"})
+    with pytest.raises(BuildError) as info:
+        stream.feed({"error": "The command '/bin/sh -c pip install' returned a non-zero code: 1"})
+    assert info.value.message.startswith("build failed at Step 6/9 : RUN pip install")
+    assert "--base-image" not in info.value.hint

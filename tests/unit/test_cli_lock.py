@@ -1,0 +1,116 @@
+"""`envbuild lock` on the command line: output, exit codes, and that bad input writes nothing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from envbuild.cli import cli
+from tests.unit.test_lockfile import GOLDEN, install_fakes, make_image
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_lock_then_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    install_fakes(monkeypatch)
+    image = make_image(tmp_path)
+    code, out, err = run("lock", str(image))
+    assert code == 0, err
+    assert out.splitlines()[0] == (
+        f"wrote {image}/envbuild.lock: torch 2.10.0 (cu128), CUDA 12.8.1, Python 3.12, "
+        "29 packages pinned by uv"
+    )
+    assert "warning: base image nvidia/cuda:12.8.1-base-ubuntu24.04: no registry reachable" in err
+    assert (image / "envbuild.lock").read_text() == GOLDEN.read_text()
+
+    code, out, _ = run("lock", str(image))
+    assert code == 0 and out.startswith(f"unchanged {image}/envbuild.lock")
+
+    code, out, _ = run("lock", "--check", str(image))
+    assert (code, out) == (0, f"{image}/envbuild.lock: fresh (torch 2.10.0 (cu128), 29 packages)\n")
+
+
+def test_check_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    install_fakes(monkeypatch)
+    image = make_image(tmp_path)
+    code, out, _ = run("lock", "--check", "--json", str(image))
+    assert code == 1
+    doc = json.loads(out)
+    assert doc["ok"] is False and doc["error"] == "StaleLockError"
+    assert doc["hint"] == f"envbuild lock {image}"
+    run("lock", str(image))
+    code, out, _ = run("lock", "--check", "--json", str(image))
+    doc = json.loads(out)
+    assert code == 0 and doc["status"] == "fresh" and doc["framework"]["version"] == "2.10.0"
+
+
+def test_check_stale_prints_the_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    install_fakes(monkeypatch)
+    image = make_image(tmp_path)
+    run("lock", str(image))
+    req = image / "envbuild.toml"
+    req.write_text(req.read_text().replace('driver = "570.124.06"', 'driver = "575.51.03"'))
+    code, _, err = run("lock", "--check", str(image))
+    assert code == 1
+    assert f"error: {image}/envbuild.lock is stale: {image}/envbuild.toml changed" in err
+    assert f"  next: envbuild lock {image}" in err
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"\xff\xfe[\x00f\x00",  # UTF-16 with a BOM
+        b"\x89PNG\r\n\x1a\n\x00\x00",  # garbage
+        b'[framework]\nrequirement = "torch"\nbogus = 1\n',  # unknown key
+        b'[framework]\nrequirement = "torch"\n[image]\ndevice = "cpu"\nflavour = "devel"\n',
+    ],
+)
+def test_bad_request_exits_2_and_leaves_the_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, content: bytes
+) -> None:
+    install_fakes(monkeypatch)
+    image = make_image(tmp_path)
+    run("lock", str(image))
+    before = (image / "envbuild.lock").read_bytes()
+    (image / "envbuild.toml").write_bytes(content)
+    for args in (("lock", str(image)), ("lock", "--check", str(image))):
+        code, out, err = run(*args)
+        assert code == 2, (args, out, err)
+        assert err.startswith(f"error: {image}/envbuild.toml")
+        assert "Traceback" not in out + err
+        assert "  next: " in err
+    assert (image / "envbuild.lock").read_bytes() == before
+
+
+def test_check_refuses_upgrade_flags(tmp_path: Path) -> None:
+    code, _, err = run("lock", "--check", "--upgrade", str(tmp_path))
+    assert code == 2 and "cannot be combined" in err
+
+
+def test_missing_folder_is_exit_2(tmp_path: Path) -> None:
+    code, _, err = run("lock", str(tmp_path / "nope"))
+    assert code == 2 and "no such image folder" in err
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("name", ["torch-slim", "torch-train"])
+def test_live_relock_of_an_example_is_byte_identical(tmp_path: Path, name: str) -> None:
+    # Real matrix, resolver and uv against PyPI: the committed lock's picks are kept, so
+    # re-locking a fresh copy must give the same bytes (no timestamps, sorted, stable).
+    import shutil
+
+    src = Path(__file__).resolve().parents[2] / "images" / name
+    dst = tmp_path / "images" / name
+    dst.mkdir(parents=True)
+    for f in ("envbuild.toml", "envbuild.lock"):
+        shutil.copy(src / f, dst / f)
+    code, out, err = run("lock", str(dst))
+    assert code == 0, err
+    assert out.startswith(f"unchanged {dst}/envbuild.lock"), out + err
+    assert (dst / "envbuild.lock").read_bytes() == (src / "envbuild.lock").read_bytes()

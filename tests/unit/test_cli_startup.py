@@ -1,0 +1,72 @@
+"""The CLI starts without heavy imports, and every module imports on its own (pip-tools' check)."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+import envbuild
+from envbuild.cli import COMMANDS, cli
+
+HEAVY = ("torch", "docker", "pynvml", "jinja2", "tomlkit", "requests", "jax", "tensorflow")
+
+
+def _modules_after(code: str) -> set[str]:
+    out = subprocess.run(
+        [sys.executable, "-c", code + "\nimport sys; print(' '.join(sorted(sys.modules)))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return set(out.stdout.split())
+
+
+def test_help_imports_nothing_heavy() -> None:
+    code = (
+        "import sys; sys.argv=['envbuild','--help']\n"
+        "from envbuild.cli import cli\n"
+        "try:\n    cli(prog_name='envbuild')\nexcept SystemExit:\n    pass"
+    )
+    loaded = _modules_after(code)
+    assert not {m for m in loaded if m.split(".")[0] in HEAVY}
+
+
+def test_help_lists_every_command() -> None:
+    result = CliRunner().invoke(cli, ["--help"])
+    assert result.exit_code == 0
+    for name in COMMANDS:
+        assert f"  {name} " in result.output
+
+
+def test_unknown_command_is_a_usage_error() -> None:
+    result = CliRunner().invoke(cli, ["frobnicate"])
+    assert result.exit_code == 2
+    assert "No such command 'frobnicate'" in result.output
+
+
+def _all_modules() -> list[str]:
+    names = []
+    for info in pkgutil.walk_packages(envbuild.__path__, "envbuild."):
+        if ".payload" in info.name:
+            continue  # the payload runs as a folder inside images, not as a package
+        names.append(info.name)
+    return sorted(names)
+
+
+@pytest.mark.parametrize("module", _all_modules())
+def test_module_imports_alone(module: str) -> None:
+    subprocess.run([sys.executable, "-c", f"import {module}"], check=True)
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_every_command_module_exposes_a_command(name: str) -> None:
+    import click
+
+    module = importlib.import_module(COMMANDS[name][0])
+    assert isinstance(module.command, click.Command)
+    assert module.command.name == name

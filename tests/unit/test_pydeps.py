@@ -1,0 +1,242 @@
+"""Delegated Python pinning: uv's command line, its recorded PEP 751 output, pip's report,
+failure messages, and a few live runs against PyPI (marked network)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from envbuild import pydeps
+from envbuild.errors import PinError, UnsatisfiableError
+from envbuild.models import LockedPackage
+from envbuild.pydeps import PinRequest, RunResult
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "pydeps"
+TORCH_210 = FIXTURES / "uv-torch-2.10.0-py312-x86_64.pylock.toml"
+TORCH_2141_ARM = FIXTURES / "uv-torch-2.14.1-py311-aarch64.pylock.toml"
+PIP_REPORT = FIXTURES / "pip-report-jinja2-py312-x86_64.json"
+
+
+def _req(**kw: Any) -> PinRequest:
+    base: dict[str, Any] = {"requirements": ("torch==2.10.0", "numpy<3"), "python": "3.12"}
+    base.update(kw)
+    return PinRequest(**base)
+
+
+def test_uv_argv_targets_the_image_not_this_machine() -> None:
+    argv = pydeps.uv_argv(["uv"], _req(platform="aarch64", upgrade_packages=("numpy",)))
+    joined = " ".join(argv)
+    assert joined.startswith("uv pip compile requirements.in --format pylock.toml")
+    assert "--python-version 3.12" in joined
+    assert "--python-platform aarch64-manylinux_2_28" in joined
+    assert "--generate-hashes" in argv and "--no-config" in argv
+    assert "--only-binary :all:" in joined
+    assert "--index-url https://pypi.org/simple" in joined
+    assert "--upgrade-package numpy" in joined
+    assert "--offline" not in argv
+    assert "--offline" in pydeps.uv_argv(["uv"], _req(offline=True))
+
+
+def test_parse_recorded_uv_output_torch_cu128() -> None:
+    pkgs = pydeps.parse_pylock(TORCH_210.read_text(), _req())
+    names = [p.name for p in pkgs]
+    assert names == sorted(names)
+    by = {p.name: p for p in pkgs}
+    assert by["torch"].version == "2.10.0"
+    # Only the files for cp312 / manylinux x86_64 are in uv's output, one wheel each here.
+    assert by["torch"].hashes and all(h.startswith("sha256:") for h in by["torch"].hashes)
+    assert all(p.source == "https://pypi.org/simple" for p in pkgs)
+    libs = pydeps.cuda_libs(pkgs)
+    assert libs.cudnn == by["nvidia-cudnn-cu12"].version
+    assert libs.nccl == by["nvidia-nccl-cu12"].version
+    assert libs.cuda_runtime == by["nvidia-cuda-runtime-cu12"].version
+    assert libs.cuda_toolkit is None
+
+
+def test_parse_recorded_uv_output_torch_cu130_aarch64() -> None:
+    # torch >= 2.11 pins the cuda-toolkit[...] meta-package (compat-facts.md 3b) and its
+    # aarch64 PyPI wheel is CUDA-enabled.
+    pkgs = pydeps.parse_pylock(TORCH_2141_ARM.read_text(), _req(python="3.11", platform="aarch64"))
+    by = {p.name: p for p in pkgs}
+    libs = pydeps.cuda_libs(pkgs)
+    assert libs.cuda_toolkit == by["cuda-toolkit"].version
+    assert libs.cudnn == by["nvidia-cudnn-cu13"].version
+    assert libs.nccl == by["nvidia-nccl-cu13"].version
+
+
+def test_parse_skips_packages_whose_marker_excludes_the_target() -> None:
+    text = (
+        'lock-version = "1.0"\n'
+        '[[packages]]\nname = "a"\nversion = "1"\nmarker = "sys_platform == \'win32\'"\n'
+        'wheels = [{ url = "https://files.pythonhosted.org/a-1-py3-none-any.whl", '
+        'hashes = { sha256 = "' + "1" * 64 + '" } }]\n'
+        '[[packages]]\nname = "B_c"\nversion = "2"\n'
+        'sdist = { url = "https://files.pythonhosted.org/b_c-2.tar.gz", '
+        'hashes = { sha256 = "' + "2" * 64 + '" } }\n'
+    )
+    (pkg,) = pydeps.parse_pylock(text, _req())
+    assert pkg == LockedPackage("b-c", "2", ("sha256:" + "2" * 64,), "https://pypi.org/simple")
+
+
+def test_source_of_maps_files_to_their_index() -> None:
+    req = _req(
+        index_url="https://download.pytorch.org/whl/cu126",
+        extra_index_urls=("https://pypi.org/simple/",),
+        find_links=("/srv/wheels",),
+    )
+    assert (
+        pydeps.source_of("https://download.pytorch.org/whl/cu126/torch-2.7.1.whl", req)
+        == "https://download.pytorch.org/whl/cu126"
+    )
+    assert (
+        pydeps.source_of("https://files.pythonhosted.org/packages/x/numpy.whl", req)
+        == "https://pypi.org/simple"
+    )
+    assert pydeps.source_of("file:///srv/wheels/mine-1-py3-none-any.whl", req) == "/srv/wheels"
+
+
+def test_parse_recorded_pip_report() -> None:
+    pkgs = pydeps.parse_pip_report(PIP_REPORT.read_text(), _req())
+    assert [p.name for p in pkgs] == ["jinja2", "markupsafe"]
+    assert all(len(p.hashes) == 1 and p.hashes[0].startswith("sha256:") for p in pkgs)
+
+
+class Fake:
+    def __init__(self, result: RunResult, output: str | None = None) -> None:
+        self.result = result
+        self.output = output
+        self.argv: list[str] = []
+        self.env: dict[str, str] = {}
+        self.prefs: str | None = None
+
+    def __call__(self, argv: Any, cwd: Path, env: Any) -> RunResult:
+        self.argv = list(argv)
+        self.env = dict(env)
+        p = cwd / "pylock.toml"
+        self.prefs = p.read_text() if p.exists() else None
+        self.requirements = (cwd / "requirements.in").read_text()
+        if self.output is not None:
+            p.write_text(self.output)
+        return self.result
+
+
+def test_pin_writes_preferences_and_isolates_index_settings(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PIP_EXTRA_INDEX_URL", "file:///somewhere")
+    monkeypatch.setenv("UV_INDEX_URL", "https://evil.example/simple")
+    monkeypatch.setenv("UV_CACHE_DIR", "/tmp/uvcache")
+    fake = Fake(RunResult(0, "", ""), TORCH_210.read_text())
+    prev = (LockedPackage("numpy", "2.0.0", (), "https://pypi.org/simple"),)
+    result = pydeps.pin(_req(preferences=prev), runner=fake, tool="uv")
+    assert result.tool == "uv" and any(p.name == "torch" for p in result.packages)
+    assert fake.requirements == "torch==2.10.0\nnumpy<3\n"
+    assert fake.prefs is not None and 'name = "numpy"\nversion = "2.0.0"' in fake.prefs
+    assert "PIP_EXTRA_INDEX_URL" not in fake.env and "UV_INDEX_URL" not in fake.env
+    assert fake.env["UV_CACHE_DIR"] == "/tmp/uvcache"
+    assert fake.env["UV_PYTHON_DOWNLOADS"] == "never"
+
+
+RECORDED_UV_ERRORS = [
+    (
+        "error: No solution found when resolving dependencies:\n  cause: Because "
+        "somepkg was not found in the cache and you require somepkg==1.0, we can conclude "
+        "that your requirements are unsatisfiable.\n\nhint: Packages were unavailable because "
+        "the network was disabled. When the network is disabled, registry packages may only "
+        "be read from the cache.",
+        PinError,
+        "without --offline",
+    ),
+    (
+        "error: No solution found when resolving dependencies:\n  cause: you require "
+        "numpy<1 and numpy>2, which are incompatible",
+        UnsatisfiableError,
+        "loosen",
+    ),
+    (
+        "error: Request failed after 3 retries in 7.0s\n  cause: Failed to fetch: "
+        "https://download.pytorch.org/whl/cu126/torch/\n  cause: dns error",
+        PinError,
+        "check the network",
+    ),
+    (
+        "error: Failed to download `torch==2.7.1`\n  Caused by: Hash mismatch for "
+        "`torch==2.7.1`\n\nExpected:\n  sha256:aaaa\n\nComputed:\n  sha256:bbbb",
+        PinError,
+        "re-uploaded",
+    ),
+]
+
+
+@pytest.mark.parametrize(("stderr", "kind", "hint"), RECORDED_UV_ERRORS)
+def test_uv_failures_are_typed(stderr: str, kind: type[Exception], hint: str) -> None:
+    fake = Fake(RunResult(1, "", stderr))
+    with pytest.raises(kind) as err:
+        pydeps.pin(_req(offline=True), runner=fake, tool="uv")
+    assert hint in getattr(err.value, "hint", "")
+
+
+def test_pip_fallback_runs_dry_run_report(monkeypatch: pytest.MonkeyPatch) -> None:
+    report = PIP_REPORT.read_text()
+
+    def runner(argv: Any, cwd: Path, env: Any) -> RunResult:
+        assert "--dry-run" in argv and "--report" in argv
+        assert argv[argv.index("--platform") + 1] == "manylinux_2_28_x86_64"
+        assert env["PIP_CONFIG_FILE"] == pydeps.os.devnull
+        (cwd / argv[argv.index("--report") + 1]).write_text(report)
+        return RunResult(0, "", "")
+
+    result = pydeps.pin(_req(requirements=("jinja2==3.1.6",)), runner=runner, tool="pip")
+    assert result.tool == "pip"
+    assert [p.name for p in result.packages] == ["jinja2", "markupsafe"]
+    with pytest.raises(PinError, match="--offline needs uv"):
+        pydeps.pin(_req(offline=True), runner=runner, tool="pip")
+
+
+def test_tool_selection(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pydeps, "find_uv", lambda: None)
+    assert pydeps.select_tool()[0] == "pip"
+    with pytest.raises(PinError, match="uv was asked for"):
+        pydeps.select_tool("uv")
+    monkeypatch.setattr(pydeps, "_has_pip", lambda: False)
+    with pytest.raises(PinError) as err:
+        pydeps.select_tool()
+    assert "pip install uv" in err.value.hint
+    monkeypatch.setattr(pydeps, "find_uv", lambda: "/x/uv")
+    assert pydeps.select_tool() == ("uv", ["/x/uv"])
+
+
+def test_same_release() -> None:
+    assert pydeps.same_release("9.10.2", "9.10.2.21")
+    assert not pydeps.same_release("9.8.0", "9.10.2.21")
+
+
+@pytest.mark.network
+def test_live_uv_pins_a_small_set() -> None:
+    result = pydeps.pin(PinRequest(requirements=("jinja2==3.1.6",), python="3.12"), tool="uv")
+    by = {p.name: p for p in result.packages}
+    assert by["jinja2"].version == "3.1.6"
+    assert "markupsafe" in by and by["markupsafe"].hashes
+
+
+@pytest.mark.network
+def test_live_pip_fallback_pins_a_small_set() -> None:
+    result = pydeps.pin(PinRequest(requirements=("jinja2==3.1.6",), python="3.12"), tool="pip")
+    assert {p.name for p in result.packages} == {"jinja2", "markupsafe"}
+
+
+@pytest.mark.network
+def test_live_uv_keeps_a_preference() -> None:
+    prev = (LockedPackage("markupsafe", "3.0.2", (), "https://pypi.org/simple"),)
+    req = PinRequest(requirements=("jinja2==3.1.6",), python="3.12", preferences=prev)
+    by = {p.name: p for p in pydeps.pin(req, tool="uv").packages}
+    assert by["markupsafe"].version == "3.0.2"
+    up = PinRequest(
+        requirements=("jinja2==3.1.6",),
+        python="3.12",
+        preferences=prev,
+        upgrade_packages=("markupsafe",),
+    )
+    assert {p.name: p for p in pydeps.pin(up, tool="uv").packages}["markupsafe"].version != "3.0.2"

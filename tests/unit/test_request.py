@@ -1,0 +1,323 @@
+"""The request (`envbuild.toml`): strict parsing, messages that say what to write instead."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from envbuild.errors import RequestError
+from envbuild.models import Indexes, Request, SmokeSettings, Targets
+from envbuild.request import (
+    SCHEMA,
+    canonical_request_json,
+    load_request,
+    parse_request,
+    request_hash,
+)
+
+FULL = """\
+[image]
+name = "train"
+python = "3.12"
+os = "ubuntu24.04"
+flavour = "base"
+device = "cuda"
+platform = "aarch64"
+compile_extensions = true
+
+[framework]
+requirement = "torch>=2.7,<2.11"
+cuda = "12.8.*"
+
+[packages]
+requirements = ["numpy<3", "transformers[torch]>=4.40"]
+
+[targets]
+gpus = ["H100", "RTX 5090", "sm_70"]
+driver = "570.124.06"
+compat = "strict"
+
+[indexes]
+index_url = "https://pypi.org/simple"
+extra_index_urls = ["https://download.pytorch.org/whl/cu128"]
+find_links = ["wheels", "file:///srv/wheels"]
+
+[smoke]
+tier = 1
+timeout_s = 120
+steps = 5
+min_shm_mib = 2048
+"""
+
+
+def parse(text: str, name: str = "demo") -> Request:
+    return parse_request(text.encode(), path="images/demo/envbuild.toml", default_name=name)
+
+
+def test_full_request() -> None:
+    assert parse(FULL) == Request(
+        framework="torch>=2.7,<2.11",
+        name="train",
+        python="3.12",
+        os="ubuntu24.04",
+        flavour="base",
+        device="cuda",
+        cuda="12.8.*",
+        packages=("numpy<3", "transformers[torch]>=4.40"),
+        targets=Targets(gpus=("H100", "RTX 5090", "sm_70"), driver="570.124.06"),
+        indexes=Indexes(
+            index_url="https://pypi.org/simple",
+            extra_index_urls=("https://download.pytorch.org/whl/cu128",),
+            find_links=("wheels", "file:///srv/wheels"),
+        ),
+        smoke=SmokeSettings(tier=1, timeout_s=120, steps=5, min_shm_mib=2048),
+        compat="strict",
+        platform="aarch64",
+        compile_extensions=True,
+    )
+
+
+def test_minimal_request_takes_defaults_and_folder_name() -> None:
+    req = parse('[framework]\nrequirement = "jax"\n', name="jax-train")
+    assert req == Request(framework="jax", name="jax-train")
+
+
+def test_every_schema_key_is_documented() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "request.md").read_text()
+    for table, keys in SCHEMA.items():
+        assert f"[{table}]" in doc
+        for key in keys:
+            assert f"`{key}`" in doc, f"[{table}] {key} is not in docs/request.md"
+
+
+# (request text, words the message must contain, words the hint must contain)
+BAD: list[tuple[str, str, str]] = [
+    ('[framework]\nrequirment = "torch"\n', "[framework] requirment: unknown key", "requirement"),
+    ('[imag]\nname = "x"\n[framework]\nrequirement = "torch"\n', "unknown table", "[image]"),
+    ('framework = "torch"\n', "must be a table", "[framework]"),
+    ("[image]\n", "requirement: is missing", "requirement ="),
+    ("[framework]\nrequirement = 2\n", "expected a string", "quoted"),
+    ('[framework]\nrequirement = "torch>>2"\n', "not a valid requirement", "PEP 508"),
+    ('[framework]\nrequirement = "torch @ https://x/t.whl"\n', "direct URL", "range"),
+    ('[framework]\nrequirement = "torch"\ncuda = "twelve"\n', "not a version range", "12.8"),
+    ('[framework]\nrequirement = "torch"\n[image]\npython = "3"\n', "Python minor", "3.12"),
+    ('[framework]\nrequirement = "torch"\n[image]\npython = 3.12\n', "got a float", "quoted"),
+    ('[framework]\nrequirement = "torch"\n[image]\nflavour = "slim"\n', "not one of", "plain"),
+    ('[framework]\nrequirement = "torch"\n[image]\ndevice = "gpu"\n', "not one of", "cuda"),
+    (
+        '[framework]\nrequirement = "torch"\n[image]\nplatform = "arm64"\n',
+        "Docker's name",
+        "aarch64",
+    ),
+    (
+        '[framework]\nrequirement = "torch"\n[image]\nname = "My Image"\n',
+        "not a valid image",
+        "lower-case",
+    ),
+    (
+        '[framework]\nrequirement = "torch"\n[image]\ncompile_extensions = "yes"\n',
+        "true or false",
+        "no quotes",
+    ),
+    (
+        '[framework]\nrequirement = "torch"\n[packages]\nrequirements = "numpy"\n',
+        "array of strings",
+        "[",
+    ),
+    (
+        '[framework]\nrequirement = "torch"\n[packages]\nrequirements = ["numpy<3", 4]\n',
+        "expected a string",
+        "quoted",
+    ),
+    (
+        '[framework]\nrequirement = "torch"\n[packages]\nrequirements = ["torch<3"]\n',
+        "names the framework",
+        "[framework]",
+    ),
+    (
+        '[framework]\nrequirement = "torch"\n[packages]\nrequirements = ["numpy", "NumPy<3"]\n',
+        "same package",
+        "merge",
+    ),
+    (
+        '[framework]\nrequirement = "torch"\n[packages]\nrequirements = ["x @ ftp://h/x.whl"]\n',
+        "not an http(s)",
+        "https://",
+    ),
+    (
+        '[framework]\nrequirement = "torch"\n[packages]\nrequirements = ["x; python_version<\'3\'"]\n',
+        "contains",
+        "quotes",
+    ),
+    (
+        '[framework]\nrequirement = "torch"\n[packages]\nrequirements = ["x; sys_platform==linux"]\n',
+        "not a valid requirement",
+        "PEP 508",
+    ),
+    (
+        '[framework]\nrequirement = "torch"\n[packages]\nrequirements = ["numpy\\n<3"]\n',
+        "contains",
+        "newlines",
+    ),
+    (
+        '[framework]\nrequirement = "torch"\n[packages]\nrequirements = ["numpy$(id)"]\n',
+        "contains",
+        "'$'",
+    ),
+    (
+        '[framework]\nrequirement = "torch"\n[packages]\nrequirements = [" numpy"]\n',
+        "leading or trailing",
+        "'numpy'",
+    ),
+    (
+        '[framework]\nrequirement = "torch"\n[targets]\ndriver = "r570"\n',
+        "not a driver version",
+        "570.124.06",
+    ),
+    ('[framework]\nrequirement = "torch"\n[targets]\ncompat = "loose"\n', "not one of", "minor"),
+    ('[framework]\nrequirement = "torch"\n[targets]\ngpus = "H100"\n', "array of strings", "["),
+    (
+        '[framework]\nrequirement = "torch"\n[indexes]\nindex_url = "ftp://mirror/simple"\n',
+        "not an http(s)",
+        "https://",
+    ),
+    (
+        '[framework]\nrequirement = "torch"\n[indexes]\nindex_url = "pypi.org/simple"\n',
+        "not a URL",
+        "https://",
+    ),
+    (
+        '[framework]\nrequirement = "torch"\n[indexes]\nextra_index_urls = ["s3://b/simple"]\n',
+        "not an http(s)",
+        "https://",
+    ),
+    (
+        '[framework]\nrequirement = "torch"\n[indexes]\nfind_links = ["git+https://h/r"]\n',
+        "not an http(s)",
+        "file://",
+    ),
+    ('[framework]\nrequirement = "torch"\n[smoke]\ntier = 3\n', "out of range", "1 to 2"),
+    (
+        '[framework]\nrequirement = "torch"\n[smoke]\ntier = true\n',
+        "expected an integer",
+        "no quotes",
+    ),
+    (
+        '[framework]\nrequirement = "torch"\n[smoke]\nsteps = "30"\n',
+        "expected an integer",
+        "no quotes",
+    ),
+    ('[framework]\nrequirement = "torch"\n[smoke]\ntimeout = 30\n', "unknown key", "timeout_s"),
+    (
+        '[framework]\nrequirement = "torch"\n[image]\ndevice = "cpu"\nflavour = "runtime"\n',
+        "nvidia/cuda image",
+        'flavour = "cpu"',
+    ),
+    (
+        '[framework]\nrequirement = "torch"\n[image]\ndevice = "cpu"\n[targets]\ngpus = ["H100"]\n',
+        "GPUs are listed",
+        "remove",
+    ),
+    (
+        '[framework]\nrequirement = "torch"\n[image]\ndevice = "cpu"\n[targets]\ndriver = "570.124.06"\n',
+        "no driver",
+        "remove",
+    ),
+    (
+        '[framework]\nrequirement = "torch"\ncuda = "12.8"\n[image]\ndevice = "cpu"\n',
+        "CUDA range",
+        "remove",
+    ),
+    (
+        '[framework]\nrequirement = "torch"\n[image]\nflavour = "cpu"\n',
+        "CPU-only",
+        'device = "cpu"',
+    ),
+    (
+        '[framework]\nrequirement = "torch"\n[image]\nflavour = "plain"\ncompile_extensions = true\n',
+        "no CUDA compiler",
+        "auto",
+    ),
+    (
+        '[framework]\nrequirement = "torch"\n[image]\ndevice = "cpu"\ncompile_extensions = true\n',
+        "needs device",
+        "false",
+    ),
+    ('[framework\nrequirement = "torch"\n', "not valid TOML", "docs/request.md"),
+    (
+        '[framework]\nrequirement = "torch"\nrequirement = "jax"\n',
+        "not valid TOML",
+        "docs/request.md",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "message", "hint"), BAD, ids=[str(i) for i in range(len(BAD))])
+def test_bad_request(text: str, message: str, hint: str) -> None:
+    with pytest.raises(RequestError) as err:
+        parse(text)
+    assert err.value.exit_code == 2
+    assert message in err.value.message
+    assert err.value.message.startswith("images/demo/envbuild.toml")
+    assert hint in err.value.hint
+
+
+def test_non_utf8_names_the_byte() -> None:
+    data = b'[framework]\nrequirement = "torch\xff"\n'
+    with pytest.raises(RequestError) as err:
+        parse_request(data, path="f.toml")
+    offset = data.index(b"\xff")
+    assert f"f.toml: line 2, byte {offset} is not UTF-8" in err.value.message
+    assert "UTF-8" in err.value.hint
+
+
+def test_garbage_bytes() -> None:
+    with pytest.raises(RequestError) as err:
+        parse_request(bytes(range(256)), path="f.toml")
+    assert err.value.exit_code == 2
+
+
+def test_utf8_bom_is_accepted() -> None:
+    req = parse_request(
+        b'\xef\xbb\xbf[framework]\nrequirement = "torch"\n', path="f", default_name="a"
+    )
+    assert req.framework == "torch"
+
+
+def test_name_needed_when_folder_name_is_not_an_image_name(tmp_path: Path) -> None:
+    d = tmp_path / "My Image"
+    d.mkdir()
+    (d / "envbuild.toml").write_text('[framework]\nrequirement = "torch"\n')
+    with pytest.raises(RequestError, match="not a valid image name"):
+        load_request(d)
+    (d / "envbuild.toml").write_text('[image]\nname = "mine"\n[framework]\nrequirement = "torch"\n')
+    assert load_request(d).name == "mine"
+
+
+def test_missing_folder_and_file(tmp_path: Path) -> None:
+    with pytest.raises(RequestError, match="no such image folder"):
+        load_request(tmp_path / "nope")
+    with pytest.raises(RequestError) as err:
+        load_request(tmp_path)
+    assert "no request file" in err.value.message
+    assert "docs/request.md" in err.value.hint
+
+
+def test_canonical_json_leaves_out_defaults() -> None:
+    req = parse('[framework]\nrequirement = "torch"\n[smoke]\ntier = 1\n')
+    assert canonical_request_json(req) == '{"framework":"torch","name":"demo","smoke":{"tier":1}}'
+
+
+def test_request_hash_ignores_formatting_and_order() -> None:
+    a = parse(
+        '[framework]\nrequirement = "torch"\n[targets]\ngpus = ["H100"]\ndriver = "570.124.06"\n'
+    )
+    b = parse(
+        '[targets]\ndriver = "570.124.06"  # oldest host\ngpus = [ "H100" ]\n\n[framework]\nrequirement="torch"\n'
+    )
+    assert request_hash(a) == request_hash(b)
+    c = parse(
+        '[framework]\nrequirement = "torch"\n[targets]\ngpus = ["H200"]\ndriver = "570.124.06"\n'
+    )
+    assert request_hash(a) != request_hash(c)

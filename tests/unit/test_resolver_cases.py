@@ -1,0 +1,184 @@
+"""Data-driven resolver cases against the shipped matrix: tests/cases/resolve/*.toml.
+
+Each case file holds one case:
+
+    fact = "the published fact it rests on, with its source"
+    [request]                # envbuild resolve flags
+    framework = "torch==2.6.*"
+    gpus = ["RTX 5090"]      # names, sm_XX or compute capabilities
+    driver = "570.124.06"    # oldest driver on the targets; absent = unknown
+    python = "3.12"          # also: os, cuda, flavour, cpu = true, strict = true
+    [expect]
+    ok = true
+    version = "==2.7.*"      # a specifier on the picked release (ok = true)
+    variant = "cu128"        # exact variant, or variant_prefix = "cu12"
+    relied_on = "minor_compat"
+    cuda = ">=12.8"          # a specifier on the build's CUDA
+    flavour = "base"
+    target_archs = ["sm_120"]
+    reasons = ["substring", ...]       # (ok = false) each must appear in some reason
+    alternatives = ["substring", ...]  # each must appear in some alternative
+    notes = ["substring", ...]         # (ok = true) each must appear in some note
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from envbuild.models import Stack, Unsatisfiable
+from envbuild.resources import matrix_dir
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomlkit as tomllib
+
+CASES = sorted((Path(__file__).parent.parent / "cases" / "resolve").glob("*.toml"))
+
+
+def _have_matrix() -> bool:
+    """The shipped matrix is written (it is being filled in while this is developed)."""
+    if not (matrix_dir() / "torch.toml").is_file():
+        return False
+    from envbuild.errors import MatrixError
+    from envbuild.matrix import load_matrix
+
+    try:
+        m = load_matrix()
+    except MatrixError:  # mid-edit; `matrix check` and test_matrix*.py report it
+        return False
+    return bool(m.releases and m.cuda and m.archs and m.os_images)
+
+
+HAVE_MATRIX = _have_matrix()
+REQUEST_KEYS = {"framework", "gpus", "driver", "python", "os", "cuda", "flavour", "cpu", "strict"}
+EXPECT_KEYS = {
+    "ok",
+    "version",
+    "variant",
+    "variant_prefix",
+    "relied_on",
+    "cuda",
+    "flavour",
+    "os",
+    "python",
+    "target_archs",
+    "reasons",
+    "alternatives",
+    "notes",
+}
+
+
+def _load(path: Path) -> dict[str, Any]:
+    data: dict[str, Any] = tomllib.loads(path.read_text(encoding="utf-8"))
+    return data
+
+
+def test_there_are_cases_and_each_cites_its_fact() -> None:
+    assert len(CASES) >= 12
+    for path in CASES:
+        case = _load(path)
+        assert set(case) == {"fact", "request", "expect"}, path.name
+        assert len(case["fact"]) > 20, f"{path.name}: cite the source of the fact"
+        assert set(case["request"]) <= REQUEST_KEYS, path.name
+        assert set(case["expect"]) <= EXPECT_KEYS, path.name
+        assert isinstance(case["expect"]["ok"], bool), path.name
+
+
+@pytest.mark.skipif(not HAVE_MATRIX, reason="matrix/*.toml not written yet")
+@pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])
+def test_case(path: Path) -> None:
+    from envbuild import api
+    from envbuild.resolver import result_to_text
+
+    case = _load(path)
+    rq, ex = case["request"], case["expect"]
+    result = api.resolve(
+        framework=rq.get("framework", "torch"),
+        gpus=tuple(rq.get("gpus", ())),
+        driver=rq.get("driver"),
+        python=rq.get("python"),
+        os_name=rq.get("os"),
+        cuda=rq.get("cuda"),
+        flavour=rq.get("flavour", "auto"),
+        cpu=rq.get("cpu", False),
+        strict_compat=rq.get("strict", False),
+    )
+    shown = "\n".join(result_to_text(result))
+    if not ex["ok"]:
+        assert isinstance(result, Unsatisfiable), f"expected nothing to fit, got:\n{shown}"
+        for want in ex.get("reasons", ()):
+            assert any(want in r for r in result.reasons), f"{want!r} not in:\n{shown}"
+        for want in ex.get("alternatives", ()):
+            assert any(want in a for a in result.alternatives), f"{want!r} not in:\n{shown}"
+        return
+    assert isinstance(result, Stack), f"expected a stack, got:\n{shown}"
+    s = result
+    if "version" in ex:
+        assert Version(s.framework.version) in SpecifierSet(ex["version"]), shown
+    if "variant" in ex:
+        assert s.framework.variant == ex["variant"], shown
+    if "variant_prefix" in ex:
+        assert s.framework.variant.startswith(ex["variant_prefix"]), shown
+    if "relied_on" in ex:
+        assert s.floors is not None and s.floors.relied_on == ex["relied_on"], shown
+    if "cuda" in ex:
+        assert s.cuda is not None and Version(s.cuda) in SpecifierSet(ex["cuda"]), shown
+    for key in ("flavour", "os", "python"):
+        if key in ex:
+            assert getattr(s, key) == ex[key], shown
+    if "target_archs" in ex:
+        assert list(s.target_archs) == ex["target_archs"], shown
+    for want in ex.get("notes", ()):
+        assert any(want in n for n in s.notes), f"{want!r} not in:\n{shown}"
+
+
+# --- properties over the shipped matrix -------------------------------------------------------
+
+DRIVERS = [None, "470.82.01", "525.60.13", "535.104.05", "550.54.15", "560.35.05"]
+DRIVERS += ["570.124.06", "575.57.08", "580.65.06", "590.48.01"]
+
+
+@pytest.mark.skipif(not HAVE_MATRIX, reason="matrix/*.toml not written yet")
+@settings(max_examples=200, deadline=None)
+@given(
+    gpus=st.lists(
+        st.sampled_from(["V100", "T4", "A100", "A10", "L4", "H100", "B200", "RTX 5090", "GB10"]),
+        max_size=3,
+    ),
+    driver=st.sampled_from(DRIVERS),
+    framework=st.sampled_from(["torch", "torch>=2.9", "torch==2.4.*", "tensorflow", "jax"]),
+    strict=st.booleans(),
+)
+def test_every_stack_runs_on_every_target(gpus, driver, framework, strict) -> None:
+    from envbuild import api
+    from envbuild.matrix import load_matrix
+    from envbuild.resolver import _coverage, parse_gpu
+
+    m = load_matrix()
+    result = api.resolve(
+        framework=framework, gpus=gpus, driver=driver, strict_compat=strict, matrix=m
+    )
+    if isinstance(result, Unsatisfiable):
+        assert result.reasons and all(result.reasons)
+        return
+    assert result.floors is not None and result.cuda is not None
+    for name in gpus:
+        cc = parse_gpu(m, name).cc
+        how, _ = _coverage(result.archs, tuple(int(x) for x in cc.split(".")))
+        assert how is not None, (name, result.archs)
+        if how == "ptx" or strict:
+            assert result.floors.relied_on == "toolkit"
+    if driver:
+        assert Version(driver) >= Version(result.floors.effective)
+        if Version(result.cuda) >= Version("13"):
+            assert Version(driver) >= Version("580")  # CUDA Compatibility guide: 13.x >= 580
+    assert result.base_image.require_cuda.startswith(f"cuda>={result.cuda.split('.')[0]}.")
