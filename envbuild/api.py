@@ -520,7 +520,12 @@ def validate(
         label, lock, kind = target, loads(text, path=f"{target} (label {LOCK_LABEL})"), "image"
     facts = _host_facts(facts_file)
     host = host_from_facts(facts)
-    pre = v.preflight(lock, host, facts=facts, lock_label=label)
+    from envbuild.archs import ArchRules
+    from envbuild.matrix import load_matrix
+
+    # Tegra and renamed archs (Jetson, Thor) come from the matrix, as in the resolver.
+    rules = ArchRules.from_archs(load_matrix().archs)
+    pre = v.preflight(lock, host, facts=facts, lock_label=label, rules=rules)
     smoke: tuple[v.Check, ...] = ()
     if kind == "dir":
         smoke = (

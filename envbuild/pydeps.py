@@ -31,7 +31,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from envbuild.errors import PinError, UnsatisfiableError
-from envbuild.models import LockedPackage
+from envbuild.models import Lock, LockedPackage, Request
 
 PYPI_SIMPLE = "https://pypi.org/simple"
 # manylinux_2_28 (glibc 2.28) is the oldest tag torch >= 2.6 wheels use and every OS in the
@@ -169,6 +169,36 @@ def uv_argv(uv: Sequence[str], req: PinRequest) -> list[str]:
     if req.offline:
         argv.append("--offline")
     return argv
+
+
+def peer_compile_command(
+    lock: Lock, request: Request, *, image_dir: Path, uv: Sequence[str] = ("uv",)
+) -> tuple[list[str], str]:
+    """(argv, requirements.in text) of plain `uv pip compile --generate-hashes` on exactly what
+    `envbuild lock` pinned for `lock`: the same requirements, Python, platform tag, binary-only
+    policy and index order (the lock records the indexes after the framework's index was put
+    first; local find-links come from the request, resolved against `image_dir` as the lock
+    step does). Only the output differs: requirements.txt with hashes, no preferences. Used by
+    benchmarks/run.py as the peer envbuild's lock is measured against; run argv in a folder
+    holding requirements.in."""
+    req = PinRequest(
+        requirements=(lock.stack.framework.requirement, *request.packages),
+        python=lock.stack.python,
+        platform=lock.platform,
+        index_url=lock.indexes.index_url,
+        extra_index_urls=lock.indexes.extra_index_urls,
+        find_links=tuple(
+            link if "://" in link else str((image_dir / link).resolve())
+            for link in request.indexes.find_links
+        ),
+    )
+    argv = uv_argv(uv, req)
+    # A user's command writes requirements.txt (uv's default format); pylock.toml and the
+    # output file are envbuild's, not part of what is resolved.
+    i = argv.index("--format")
+    del argv[i : i + 4]  # --format pylock.toml --output-file pylock.toml
+    argv[i:i] = ["--output-file", "requirements.txt"]
+    return argv, "\n".join(req.requirements) + "\n"
 
 
 def preferences_text(preferences: Sequence[LockedPackage]) -> str:

@@ -68,7 +68,7 @@ dropping ``--strict-compat``, dropping one GPU from the image, dropping --python
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
@@ -76,6 +76,7 @@ from typing import Any
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
+from envbuild.archs import ArchRules, cc_tuple, coverage, covers, parse_arch, sort_archs
 from envbuild.errors import UserError
 from envbuild.matrix import (
     Arch,
@@ -133,75 +134,22 @@ def _branch(driver: str) -> int:
     return _v(driver).release[0]
 
 
-_ARCH_RE = re.compile(r"^(sm|compute)_(\d+)([af]?)$")
-
-
-@lru_cache(maxsize=512)
-def _parse_arch(arch: str) -> tuple[str, int, int, str]:
-    """ "sm_90a" -> ("sm", 9, 0, "a"); "compute_120" -> ("compute", 12, 0, "")."""
-    m = _ARCH_RE.match(arch)
-    if not m:
-        raise ValueError(f"not an architecture: {arch!r}")
-    digits = m.group(2)
-    return (m.group(1), int(digits[:-1]), int(digits[-1]), m.group(3))
-
-
 @lru_cache(maxsize=512)
 def _cc(cc: str) -> tuple[int, int]:
-    major, _, minor = cc.partition(".")
-    return (int(major), int(minor or 0))
+    return cc_tuple(cc)
 
 
-def sort_archs(archs: Iterable[str]) -> tuple[str, ...]:
-    """Numeric order: sm_50 ... sm_120, cubins before PTX of the same capability."""
-
-    def key(a: str) -> tuple[int, int, int, str]:
-        kind, major, minor, suffix = _parse_arch(a)
-        return (major, minor, 0 if kind == "sm" else 1, suffix)
-
-    return tuple(sorted(set(archs), key=key))
-
-
-@lru_cache(maxsize=8192)
-def _covers(
-    arch: str, cc: tuple[int, int], tegra: frozenset[tuple[int, int]] = frozenset()
-) -> str | None:
-    """How one build arch reaches a GPU of compute capability `cc`: "cubin", "ptx" or None.
-
-    `tegra`: capabilities of Tegra (Jetson) GPUs, where cubins run only on exactly their own
-    capability ("Binary compatibility is supported only for the desktop. It is not supported
-    for Tegra. Also, the binary compatibility between desktop and Tegra is not supported.",
-    CUDA C++ Programming Guide, Binary Compatibility).
-    """
-    kind, major, minor, suffix = _parse_arch(arch)
-    if kind == "sm" and ((major, minor) in tegra or cc in tegra):
-        ok = (major, minor) == cc
-    elif suffix == "a":
-        # Arch-specific features: exactly this capability, not forward compatible (ptxas help).
-        ok = (major, minor) == cc
-    elif kind == "sm" or suffix == "f":
-        # Cubin: same major, device minor >= cubin minor (Programming Guide, binary compat).
-        ok = major == cc[0] and minor <= cc[1]
-    else:
-        # PTX: JIT to any later capability (Programming Guide, PTX compatibility).
-        ok = (major, minor) <= cc
-    if not ok:
-        return None
-    return "cubin" if kind == "sm" else "ptx"
+# Kernel coverage lives in envbuild/archs.py (shared with `envbuild validate`); these names
+# stay for callers and tests that used the resolver's copies.
+_parse_arch = parse_arch
+_covers = covers
 
 
 def _coverage(
     archs: Sequence[str], cc: tuple[int, int], tegra: frozenset[tuple[int, int]] = frozenset()
 ) -> tuple[str | None, str | None]:
     """("cubin", arch) when a cubin runs; ("ptx", arch) when only PTX does; (None, None)."""
-    ptx: str | None = None
-    for a in archs:
-        how = _covers(a, cc, tegra)
-        if how == "cubin":
-            return ("cubin", a)
-        if how == "ptx" and ptx is None:
-            ptx = a
-    return ("ptx", ptx) if ptx else (None, None)
+    return coverage(archs, cc, ArchRules(tegra=tegra))
 
 
 # --- targets ---------------------------------------------------------------------------------
@@ -282,21 +230,16 @@ class _Target:
     arch: Arch
     labels: tuple[str, ...]
     """What the user or the hosts called the GPUs of this architecture."""
-    renamed_cc: tuple[int, int] | None = None
-    """The capability the same GPU has in later CUDA numbering (Thor: sm_101 -> sm_110 in
-    CUDA 13.0, nvCOMPDx/cuRANDDx release notes); builds for either name run on it."""
-    tegra: frozenset[tuple[int, int]] = frozenset()
-    """Capabilities of Tegra GPUs in the matrix (no cubin compatibility across minors)."""
+    rules: ArchRules = field(default_factory=ArchRules)
+    """The matrix's Tegra capabilities and arch renames (Thor: sm_101 -> sm_110 in CUDA 13.0,
+    nvCOMPDx/cuRANDDx release notes): envbuild/archs.py."""
 
     @property
     def cc(self) -> tuple[int, int]:
         return _cc(self.arch.cc)
 
     def coverage(self, archs: Sequence[str]) -> tuple[str | None, str | None]:
-        how = _coverage(archs, self.cc, self.tegra)
-        if how[0] is None and self.renamed_cc is not None:
-            return _coverage(archs, self.renamed_cc, self.tegra)
-        return how
+        return coverage(archs, self.cc, self.rules)
 
     @property
     def label(self) -> str:
@@ -464,20 +407,9 @@ def _prepare(request: Request, matrix: Matrix, hosts: Sequence[Host]) -> _Ctx:
             labels.setdefault(host_arch.cc, [])
             if gpu.name and gpu.name not in labels[host_arch.cc]:
                 labels[host_arch.cc].append(gpu.name)
-    renamed = {a.sm: a for a in matrix.archs}
-    # Tegra: the family says so ("Ampere (Tegra)") or every GPU of the arch is a Jetson.
-    tegra = frozenset(
-        _cc(a.cc)
-        for a in matrix.archs
-        if "tegra" in a.family.lower() or (a.gpus and all(g.startswith("Jetson") for g in a.gpus))
-    )
+    rules = ArchRules.from_archs(matrix.archs)
     targets = tuple(
-        _Target(
-            arch=archs[cc],
-            labels=tuple(labels[cc]),
-            tegra=tegra,
-            renamed_cc=_cc(renamed[r].cc) if (r := archs[cc].renamed_to) and r in renamed else None,
-        )
+        _Target(arch=archs[cc], labels=tuple(labels[cc]), rules=rules)
         for cc in sorted(archs, key=lambda c: _cc(c))
     )
     driver = min(drivers, key=_v) if drivers else None

@@ -30,6 +30,7 @@ from typing import Any, Literal
 
 from packaging.version import InvalidVersion, Version
 
+from envbuild.archs import ArchRules, coverage, parse_arch
 from envbuild.models import Host, HostGpu, Lock
 
 Status = Literal["pass", "fail", "skip"]
@@ -187,39 +188,27 @@ def require_properties(host: Host, gpu: HostGpu | None) -> dict[str, str | None]
 
 # --- compute capability --------------------------------------------------------------------------
 
-_ARCH_RE = re.compile(r"(sm|compute)_(\d+)([af]?)$")
 
-
-def _cc_of_digits(digits: str) -> tuple[int, int]:
-    return int(digits[:-1]), int(digits[-1])
-
-
-def _cc(cc: str) -> tuple[int, int]:
-    major, _, minor = cc.partition(".")
-    return int(major), int(minor or 0)
-
-
-def arch_coverage(archs: Sequence[str], cc: str) -> tuple[Literal["cubin", "ptx", "none"], str]:
+def arch_coverage(
+    archs: Sequence[str], cc: str, rules: ArchRules | None = None
+) -> tuple[Literal["cubin", "ptx", "none"], str]:
     """How a build's archs cover a device: a cubin, else PTX to JIT, else nothing.
 
-    A cubin sm_XY runs on devices of major X and minor >= Y; an arch-specific sm_XYa only on
-    exactly X.Y. PTX compute_XY is JIT-compiled for any device >= X.Y (compute_XYa: only X.Y).
+    The rule is envbuild.archs.coverage, the same one the resolver uses (cubin: same major,
+    lower or equal minor; sm_XYa: exactly X.Y; PTX: any device >= X.Y; Tegra and renamed
+    archs through `rules`). Names that are not architectures (a hand-edited lock) are ignored.
     """
-    dev = _cc(cc)
-    ptx: str = ""
-    for arch in sorted(archs):
-        m = _ARCH_RE.match(arch)
-        if not m:
-            continue
-        kind, digits, suffix = m.groups()
-        have = _cc_of_digits(digits)
-        if kind == "sm":
-            fits = have == dev if suffix == "a" else (have[0] == dev[0] and have[1] <= dev[1])
-            if fits:
-                return "cubin", arch
-        elif not ptx and (have == dev if suffix == "a" else have <= dev):
-            ptx = arch
-    return ("ptx", ptx) if ptx else ("none", "")
+    valid = [a for a in archs if _is_arch(a)]
+    how, arch = coverage(valid, cc, rules or ArchRules())
+    return (how or "none", arch or "")
+
+
+def _is_arch(text: str) -> bool:
+    try:
+        parse_arch(text)
+    except ValueError:
+        return False
+    return True
 
 
 # --- pre-flight ----------------------------------------------------------------------------------
@@ -305,12 +294,12 @@ def _driver_check(lock: Lock, host: Host) -> Check:
     )
 
 
-def _arch_checks(lock: Lock, host: Host) -> list[Check]:
+def _arch_checks(lock: Lock, host: Host, rules: ArchRules | None = None) -> list[Check]:
     floors = lock.stack.floors
     out: list[Check] = []
     for gpu in host.gpus:
         name = f"gpu{gpu.index}-arch"
-        how, arch = arch_coverage(lock.stack.archs, gpu.cc)
+        how, arch = arch_coverage(lock.stack.archs, gpu.cc, rules)
         label = f"GPU {gpu.index} {gpu.name} (cc {gpu.cc})"
         if how == "cubin":
             out.append(Check(name, "pass", f"{label}: cubin {arch}"))
@@ -377,8 +366,12 @@ def preflight(
     *,
     facts: Mapping[str, Any] | None = None,
     lock_label: str | None = None,
+    rules: ArchRules | None = None,
 ) -> Preflight:
-    """Everything that can be decided before starting a container: does `lock` run on `host`?"""
+    """Everything that can be decided before starting a container: does `lock` run on `host`?
+
+    `rules`: the matrix's Tegra capabilities and arch renames
+    (`ArchRules.from_archs(load_matrix().archs)`); None = desktop rules only."""
     label = lock_label or lock.name
     host_name = host.name or "this host"
     if lock.stack.floors is None or lock.stack.cuda is None:
@@ -402,7 +395,7 @@ def preflight(
             )
         )
     checks.append(_driver_check(lock, host))
-    checks.extend(_arch_checks(lock, host))
+    checks.extend(_arch_checks(lock, host, rules))
     checks.append(_require_check(lock, host))
     return Preflight(label, host_name, tuple(checks))
 

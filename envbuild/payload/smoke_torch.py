@@ -463,6 +463,8 @@ def _perf(torch: Any, plan: dict[str, Any], names: list[str], out: dict[str, Any
             key=metric,
             floor_ratio=ratio,
         )
+        if metric == "bf16_tflops" and worst.get("matmul_dtype") != "bfloat16":
+            c["figure"] += f" (measured in {worst.get('matmul_dtype')})"
         if len(per_gpu) > 1:
             c["figure"] += f" (slowest of {len(per_gpu)}: GPU {worst['index']})"
         out["checks"].append(c)

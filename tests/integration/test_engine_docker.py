@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -19,79 +17,17 @@ from envbuild.build import (
     LOCK_SHA_LABEL,
     REPORT_LABEL,
     ROLE_LABEL,
-    ImageJob,
-    SmokeJudgement,
     build_and_verify,
 )
 from envbuild.docker_engine import DockerEngine
-from envbuild.engine import RunResult, RunSpec
+from envbuild.engine import RunSpec
 from envbuild.errors import (
     BuildError,
     DiskFullError,
-    EngineError,
     GpuUnavailableError,
     SmokeFailed,
 )
-
-CASES = Path(__file__).parent / "cases"
-BASE = "envbuild-e2e/base:bookworm"
-MARKER = "ENVBUILD-SMOKE-REPORT "
-
-
-def context_of(case: str) -> dict[str, bytes]:
-    root = CASES / case
-    return {
-        str(p.relative_to(root)): p.read_bytes()
-        for p in sorted(root.rglob("*"))
-        if p.is_file() and "__pycache__" not in p.parts
-    }
-
-
-def judge(result: RunResult) -> SmokeJudgement:
-    """A minimal reader of the marker line, so these tests exercise only the engine path."""
-    lines = [ln for ln in result.stdout.splitlines() if ln.startswith(MARKER)]
-    if not lines:
-        raise ValueError("no ENVBUILD-SMOKE-REPORT line in the payload's output")
-    report = json.loads(lines[-1][len(MARKER) :])
-    return SmokeJudgement(ok=bool(report.get("ok")), report=report)
-
-
-@pytest.fixture(scope="module")
-def engine() -> DockerEngine:
-    eng = DockerEngine()
-    try:
-        eng.ping()
-    except EngineError as err:
-        pytest.skip(f"no Docker engine answers: {err.message}")
-    if not eng.image_exists(BASE):
-        pytest.skip(f"{BASE} is missing: `make e2e` (tests/e2e.sh) builds it")
-    return eng
-
-
-@pytest.fixture
-def tag(engine: DockerEngine) -> Iterator[str]:
-    ref = f"envbuild-it/case:{uuid.uuid4().hex[:12]}"
-    yield ref
-    if engine.image_exists(ref):
-        engine.remove_image(ref)
-
-
-def job(case: str, tag: str, **over: object) -> ImageJob:
-    fields: dict[str, object] = {
-        "name": f"it-{case}",
-        "context": context_of(case),
-        "lock_text": f"# stand-in lock for {case}\n",
-        "lock_sha256": uuid.uuid4().hex * 2,
-        "tag": tag,
-        "needs_gpu": True,
-        "allow_cpu": True,
-        "timeout_s": 60,
-        "shm_mib": 2048,
-        "locked_base_image": "nvidia/cuda:12.8.1-base-ubuntu24.04",
-        "base_image": BASE,
-    }
-    fields.update(over)
-    return ImageJob(**fields)  # type: ignore[arg-type]
+from tests.integration.engine_cases import BASE, CASES, job, judge
 
 
 def smoke_leftovers(engine: DockerEngine, lock_sha256: str) -> list[str]:

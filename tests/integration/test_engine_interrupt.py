@@ -18,13 +18,12 @@ import pytest
 
 from envbuild.build import LOCK_SHA_LABEL
 from envbuild.docker_engine import DockerEngine
-from tests.integration.test_engine_docker import engine  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.engine
 
 DRIVER = """
 import json, sys
-from tests.integration.test_engine_docker import job, judge
+from tests.integration.engine_cases import job, judge
 from envbuild.build import build_and_verify
 from envbuild.docker_engine import DockerEngine
 j = job("hang", sys.argv[1], timeout_s=300, lock_sha256=sys.argv[2])
@@ -37,7 +36,7 @@ except KeyboardInterrupt:
 
 
 def test_sigint_during_smoke_removes_container_and_candidate(
-    engine: DockerEngine,  # noqa: F811
+    engine: DockerEngine,
 ) -> None:
     tag = f"envbuild-it/interrupt:{uuid.uuid4().hex[:12]}"
     sha = uuid.uuid4().hex * 2
