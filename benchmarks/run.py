@@ -1,119 +1,260 @@
 """`make bench`: speed, size and time-to-verdict, side by side with peers, in one run.
 
-Writes benchmarks/RESULTS.md and benchmarks/results/latest.json. Every figure is a median over
-repeated runs, reported with the peer measured in the same run and their ratio. Nothing here is
-asserted: benchmarks report, tests check behaviour.
+Writes benchmarks/RESULTS.md and benchmarks/results/latest.json. Each figure is a median over
+repeated runs (n is in the table), with the peer measured in the same run, interleaved sample by
+sample so both see the same machine load, and the ratio envbuild / peer. Nothing here is
+asserted: benchmarks report, tests check behaviour (issue 8).
+
+Settings (environment): BENCH_REPEAT (warm samples, default 7), BENCH_COLD_REPEAT (cold lock
+samples, default 3), BENCH_BUILD_REPEAT (warm rebuild samples, default 3), BENCH_LOCK_EXAMPLES
+(comma list, default every images/* folder), BENCH_BASE (local base image, default
+envbuild-e2e/base:bookworm from `tests/e2e.sh prepare`), BENCH_WHEELS (default /opt/wheels),
+BENCH_CA_CERT, BENCH_SKIP (comma list of sections: cli,resolve,lock,build), BENCH_KEEP_IMAGES=1.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
 import random
+import re
 import shutil
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 ENVBUILD = str(BIN / "envbuild")
+UV = str(BIN / "uv") if (BIN / "uv").exists() else "uv"
 RESULTS_DIR = ROOT / "benchmarks" / "results"
+PEER_DOCKERFILE = ROOT / "benchmarks" / "peer" / "torch-cpu.Dockerfile"
+
+Row = dict[str, Any]
+Section = dict[str, Any]
 
 
-def _median_time(fn: Callable[[], object], repeat: int) -> tuple[float, list[float]]:
-    samples = []
+def _log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def _run(
+    cmd: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        list(cmd),
+        capture_output=True,
+        text=True,
+        check=False,
+        env=None if env is None else dict(env),
+        cwd=cwd,
+    )
+
+
+def _timed(fn: Callable[[], object]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def _checked(
+    cmd: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    res = _run(cmd, env=env, cwd=cwd)
+    if res.returncode != 0:
+        tail = "\n".join((res.stderr or res.stdout).strip().splitlines()[-15:])
+        raise RuntimeError(f"`{' '.join(cmd)}` exited {res.returncode}:\n{tail}")
+    return res
+
+
+def interleaved(
+    fns: Mapping[str, Callable[[], object]], repeat: int, *, warmup: int = 1
+) -> dict[str, list[float]]:
+    """Time each callable `repeat` times, round-robin, after `warmup` untimed rounds."""
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    samples: dict[str, list[float]] = {k: [] for k in fns}
     for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t0)
-    return statistics.median(samples), samples
+        for k, fn in fns.items():
+            samples[k].append(_timed(fn))
+    return samples
 
 
-def _run(cmd: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(cmd, capture_output=True, text=True, check=False, **kw)
+def row(
+    what: str,
+    ours: Sequence[float] | float | None,
+    peer: Sequence[float] | float | None = None,
+    *,
+    peer_name: str = "",
+    unit: str = "s",
+    note: str = "",
+) -> Row:
+    """One table row: medians of the samples, the ratio envbuild / peer, every sample kept."""
+
+    def med(v: Sequence[float] | float | None) -> float | None:
+        if v is None:
+            return None
+        if isinstance(v, (int, float)):
+            return float(v)
+        return statistics.median(v) if v else None
+
+    def samples(v: Sequence[float] | float | None) -> list[float]:
+        if v is None:
+            return []
+        return [float(v)] if isinstance(v, (int, float)) else [float(x) for x in v]
+
+    m_ours, m_peer = med(ours), med(peer)
+    n = len(samples(ours))
+    return {
+        "what": what,
+        "unit": unit,
+        "envbuild": m_ours,
+        "peer": m_peer,
+        "peer_name": peer_name,
+        "ratio": (m_ours / m_peer) if m_ours is not None and m_peer else None,
+        "n": n,
+        "samples": {"envbuild": samples(ours), "peer": samples(peer)},
+        "note": note,
+    }
+
+
+# --- machine ---------------------------------------------------------------------------------
+
+
+def _first_line(cmd: Sequence[str]) -> str:
+    try:
+        out = _run(cmd)
+    except OSError:
+        return "not found"
+    text = (out.stdout or out.stderr).strip()
+    return text.splitlines()[0] if out.returncode == 0 and text else "n/a"
+
+
+def _proc_field(path: str, key: str) -> str:
+    try:
+        for line in Path(path).read_text().splitlines():
+            if line.startswith(key):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "n/a"
 
 
 def machine() -> dict[str, Any]:
-    def version_of(cmd: list[str]) -> str:
-        try:
-            out = _run(cmd)
-        except FileNotFoundError:
-            return "not found"
-        return (out.stdout or out.stderr).strip().splitlines()[0] if out.returncode == 0 else "n/a"
-
+    commit = _first_line(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"])
+    dirty = _run(["git", "-C", str(ROOT), "status", "--porcelain"]).stdout.strip() != ""
     return {
-        "python": platform.python_version(),
-        "platform": platform.platform(),
+        "date (UTC)": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+        "cpu": _proc_field("/proc/cpuinfo", "model name"),
         "cpus": os.cpu_count(),
-        "uv": version_of([str(BIN / "uv"), "--version"]),
-        "docker": version_of(["docker", "version", "--format", "{{.Server.Version}}"]),
-        "envbuild": version_of([ENVBUILD, "--version"]),
+        "memory": _proc_field("/proc/meminfo", "MemTotal"),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "envbuild": _first_line([ENVBUILD, "--version"]),
+        "git": f"{commit}{' + uncommitted changes' if dirty else ''}",
+        "uv": _first_line([UV, "--version"]),
+        "docker": _first_line(["docker", "version", "--format", "{{.Server.Version}}"]),
     }
 
 
-# --- 1. CLI start ---------------------------------------------------------------------------
+# --- 1. CLI start ------------------------------------------------------------------------------
+
+RESOLVE_ARGS = ("--gpu", "H100", "--gpu", "L4", "--driver", "570.124.06")
 
 
-def bench_cli_start(repeat: int) -> dict[str, Any]:
-    baseline, _ = _median_time(lambda: _run([sys.executable, "-c", "pass"]), repeat)
-    help_t, _ = _median_time(lambda: _run([ENVBUILD, "--help"]), repeat)
-    resolve_cmd = [
-        ENVBUILD,
-        "resolve",
-        "--json",
-        "--gpu",
-        "H100",
-        "--gpu",
-        "L4",
-        "--driver",
-        "570.124.06",
-    ]
-    resolve_t, _ = _median_time(lambda: _run(resolve_cmd), repeat)
+def bench_cli_start(repeat: int) -> Section:
+    def cmd(argv: list[str]) -> Callable[[], object]:
+        return lambda: _checked(argv)
+
+    s = interleaved(
+        {
+            "python": cmd([sys.executable, "-c", "pass"]),
+            "help": cmd([ENVBUILD, "--help"]),
+            "resolve": cmd([ENVBUILD, "resolve", "--json", *RESOLVE_ARGS]),
+        },
+        repeat,
+    )
+    peer = "`python -c pass`"
     return {
-        "python -c pass (s)": baseline,
-        "envbuild --help (s)": help_t,
-        "envbuild resolve --json (s)": resolve_t,
-        "ratio --help / python": help_t / baseline,
-        "ratio resolve / python": resolve_t / baseline,
+        "title": "1. CLI start (vs a bare `python -c pass`, same interpreter)",
+        "rows": [
+            row("`envbuild --help`", s["help"], s["python"], peer_name=peer),
+            row(
+                f"`envbuild resolve --json {' '.join(RESOLVE_ARGS)}`",
+                s["resolve"],
+                s["python"],
+                peer_name=peer,
+            ),
+        ],
+        "notes": ["Wall time of the whole process, from exec to exit."],
     }
 
 
-# --- 2. resolve ------------------------------------------------------------------------------
+# --- 2. resolve --------------------------------------------------------------------------------
 
 
-def bench_resolve(repeat: int) -> dict[str, Any]:
+def _branches(drivers: Sequence[str]) -> list[str]:
+    """One driver per branch (the major number): the newest release of it the matrix names."""
+    from envbuild.versions import parse_version
+
+    best: dict[str, str] = {}
+    for d in drivers:
+        major = d.split(".")[0]
+        if major not in best or parse_version(d) > parse_version(best[major]):
+            best[major] = d
+    return [best[k] for k in sorted(best, key=int)]
+
+
+def bench_resolve(repeat: int) -> Section:
     from envbuild.matrix import load_matrix
-    from envbuild.models import Host, HostGpu, Request, Targets
+    from envbuild.models import Host, HostGpu, Request, Targets, Unsatisfiable
     from envbuild.resolver import resolve
 
+    t0 = time.perf_counter()
     matrix = load_matrix()
+    load_s = time.perf_counter() - t0
+
     one = Request(framework="torch", targets=Targets(gpus=("H100", "L4"), driver="570.124.06"))
-    single, _ = _median_time(lambda: resolve(one, matrix), repeat)
+    batch = 50
 
-    rng = random.Random(7)
-    archs = [a for a in matrix.archs if a.gpus]
-    drivers = sorted({c.toolkit_driver for c in matrix.cuda})
-    hosts = [
-        Host(
-            driver=rng.choice(drivers),
-            gpus=(HostGpu(name=(a := rng.choice(archs)).gpus[0], cc=a.cc),),
-            name=f"host{i}",
-        )
-        for i in range(100)
+    def one_batch() -> None:
+        for _ in range(batch):
+            resolve(one, matrix)
+
+    single = [t / batch for t in interleaved({"one": one_batch}, repeat)["one"]]
+
+    # A mixed fleet: data-centre and workstation GPUs from Volta to Blackwell, drivers of every
+    # branch from 570 up (fixed seed: the same fleet every run).
+    rng = random.Random(8)
+    archs = [
+        a
+        for a in matrix.archs
+        if a.gpus and 70 <= int(a.sm.removeprefix("sm_")) <= 120 and "Jetson" not in a.gpus[0]
     ]
+    drivers = [
+        d for d in _branches([c.toolkit_driver for c in matrix.cuda]) if int(d.split(".")[0]) >= 570
+    ]
+    hosts = []
+    for i in range(100):
+        arch = rng.choice(archs)
+        gpu = HostGpu(name=rng.choice(arch.gpus), cc=arch.cc, index=0)
+        hosts.append(Host(driver=rng.choice(drivers), gpus=(gpu,) * 8, name=f"host{i:03d}"))
     fleet_req = Request(framework="torch")
-    fleet, _ = _median_time(lambda: resolve(fleet_req, matrix, hosts), repeat)
+    fleet_result = resolve(fleet_req, matrix, hosts)
+    fleet = interleaved({"fleet": lambda: resolve(fleet_req, matrix, hosts)}, repeat)["fleet"]
 
-    # The whole matrix swept: every framework release x GPU x driver branch.
-    branches = sorted({c.toolkit_driver for c in matrix.cuda})
-    requests = [
+    # The whole matrix swept: every framework release x GPU architecture x driver branch.
+    branches = _branches([c.toolkit_driver for c in matrix.cuda])
+    sweep = [
         Request(
             framework=f"{rel.framework}=={rel.version}",
             targets=Targets(gpus=(arch.sm,), driver=drv),
@@ -122,203 +263,811 @@ def bench_resolve(repeat: int) -> dict[str, Any]:
         for arch in matrix.archs
         for drv in branches
     ]
+    stacks = 0
     t0 = time.perf_counter()
-    for req in requests:
-        resolve(req, matrix)
-    sweep = time.perf_counter() - t0
+    for req in sweep:
+        if not isinstance(resolve(req, matrix), Unsatisfiable):
+            stacks += 1
+    sweep_s = time.perf_counter() - t0
+    frameworks = sorted({r.framework for r in matrix.releases})
+    fleet_outcome = "a stack" if not isinstance(fleet_result, Unsatisfiable) else "unsatisfiable"
     return {
-        "one request (ms)": single * 1000,
-        "fleet of 100 hosts (ms)": fleet * 1000,
-        "matrix sweep requests": len(requests),
-        "matrix sweep (s)": sweep,
-        "matrix sweep (requests/s)": len(requests) / sweep,
+        "title": "2. Resolve (in process, `envbuild.resolver.resolve`)",
+        "rows": [
+            row(
+                "one request (torch; H100 + L4; driver 570), per request",
+                single,
+                unit="s",
+                note=f"{1 / statistics.median(single):.0f} requests/s",
+            ),
+            row(
+                "a mixed fleet of 100 hosts (8 GPUs each), per request",
+                fleet,
+                unit="s",
+                note=f"{1 / statistics.median(fleet):.0f} requests/s; result: {fleet_outcome}",
+            ),
+            row(
+                f"whole matrix swept: {len(sweep)} requests",
+                len(sweep) / sweep_s,
+                unit="requests/s",
+                note=f"{sweep_s:.1f} s in all; {stacks} stacks, {len(sweep) - stacks} "
+                "unsatisfiable (with explanations)",
+            ),
+            row("matrix load (first call in a process)", load_s, unit="s"),
+        ],
+        "notes": [
+            f"Sweep: {len(matrix.releases)} releases ({', '.join(frameworks)}) x "
+            f"{len(matrix.archs)} GPU architectures x {len(branches)} driver branches "
+            f"({', '.join(b.split('.')[0] for b in branches)}; the newest driver of each "
+            "branch the matrix names), one pass.",
+            "No peer: none of the tools in reference/peers.md resolves a framework build "
+            "against GPUs and drivers (cog looks up a fixed table; the others take the "
+            "versions as given).",
+        ],
     }
 
 
 # --- 3. lock vs uv pip compile -----------------------------------------------------------------
 
 
-def bench_lock(repeat: int, examples: list[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _requirements_txt_pins(text: str) -> dict[str, str]:
+    from packaging.utils import canonicalize_name
+
+    pins = {}
+    for line in text.splitlines():
+        m = re.match(r"^([A-Za-z0-9_.\-]+)(?:\[[^\]]*\])?==([^\s;\\]+)", line)
+        if m:
+            pins[str(canonicalize_name(m.group(1)))] = m.group(2)
+    return pins
+
+
+def bench_lock_one(name: str, work: Path, repeat: int, cold_repeat: int) -> tuple[list[Row], str]:
+    from envbuild import lockfile, pydeps
+    from envbuild.request import load_request
+
+    src = ROOT / "images" / name
+    image_dir = work / name
+    shutil.copytree(src, image_dir)
+    peer_dir = work / f"{name}-uv"
+    peer_dir.mkdir()
+    lock_file = image_dir / "envbuild.lock"
+    peer_out = peer_dir / "requirements.txt"
+
+    def env_with(cache: Path) -> dict[str, str]:
+        return {**os.environ, "UV_CACHE_DIR": str(cache)}
+
+    def envbuild_lock(cache: Path, *, keep: bool = False) -> Callable[[], object]:
+        def go() -> None:
+            if not keep:
+                lock_file.unlink(missing_ok=True)
+            _checked([ENVBUILD, "lock", str(image_dir)], env=env_with(cache))
+
+        return go
+
+    # The first cold lock makes the lock the peer's command is derived from (a committed lock
+    # may be stale against today's matrix; this one is not).
+    cold_e: list[float] = []
+    cold_p: list[float] = []
+    caches = work / f"{name}-caches"
+    cold_e.append(_timed(envbuild_lock(caches / "e0")))
+    lock = lockfile.loads(lock_file.read_text())
+    argv, requirements = pydeps.peer_compile_command(
+        lock, load_request(image_dir), image_dir=image_dir, uv=(UV,)
+    )
+    (peer_dir / "requirements.in").write_text(requirements)
+    # The peer runs with the same scrubbed environment envbuild gives uv (no PIP_*/UV_* index
+    # settings from this machine), so both see the same indexes.
+    base_env = pydeps.isolated_env(os.environ)
+
+    def peer(cache: Path, *, keep: bool = False) -> Callable[[], object]:
+        def go() -> None:
+            if not keep:
+                peer_out.unlink(missing_ok=True)
+            _checked(argv, env={**base_env, "UV_CACHE_DIR": str(cache)}, cwd=peer_dir)
+
+        return go
+
+    cold_p.append(_timed(peer(caches / "p0")))
+    for k in range(1, cold_repeat):  # alternate who goes first
+        pair = [
+            ("e", envbuild_lock(caches / f"e{k}")),
+            ("p", peer(caches / f"p{k}")),
+        ]
+        for who, fn in pair if k % 2 else reversed(pair):
+            (cold_e if who == "e" else cold_p).append(_timed(fn))
+    warm = interleaved(
+        {"e": envbuild_lock(caches / "e0"), "p": peer(caches / "p0")}, repeat, warmup=0
+    )
+    relock = interleaved(
+        {"e": envbuild_lock(caches / "e0", keep=True), "p": peer(caches / "p0", keep=True)},
+        repeat,
+        warmup=0,
+    )
+    check = interleaved(
+        {"e": lambda: _checked([ENVBUILD, "lock", "--check", str(image_dir)])}, repeat
+    )["e"]
+
+    ours = {p.name: p.version for p in lockfile.loads(lock_file.read_text()).packages}
+    theirs = _requirements_txt_pins(peer_out.read_text())
+    same = (
+        "same pins"
+        if ours == theirs
+        else f"pins differ: {sorted(set(ours.items()) ^ set(theirs.items()))[:6]}"
+    )
+    fw = f"{lock.stack.framework.name} {lock.stack.framework.version} ({lock.stack.framework.variant})"
+    peer_name = "`uv pip compile --generate-hashes`"
+    rows = [
+        row(f"{name}: cold (empty uv cache)", cold_e, cold_p, peer_name=peer_name),
+        row(f"{name}: warm (filled cache, no lock yet)", warm["e"], warm["p"], peer_name=peer_name),
+        row(
+            f"{name}: re-lock, nothing changed (lock / requirements.txt present)",
+            relock["e"],
+            relock["p"],
+            peer_name=peer_name,
+        ),
+        row(f"{name}: `lock --check` (no network)", check, note="no peer equivalent"),
+    ]
+    return rows, f"{name}: {fw}, {len(ours)} packages, {same} as the peer"
+
+
+def bench_lock(repeat: int, cold_repeat: int, examples: Sequence[str]) -> Section:
+    rows: list[Row] = []
+    notes: list[str] = []
     for name in examples:
-        src = ROOT / "images" / name
-        if not (src / "envbuild.lock").exists():
-            out[name] = "skipped: no lock"
-            continue
-        with tempfile.TemporaryDirectory() as tmp:
-            work = Path(tmp) / name
-            shutil.copytree(src, work)
-            cache = Path(tmp) / "uv-cache"
-            env = {**os.environ, "UV_CACHE_DIR": str(cache)}
-
-            def envbuild_lock(work: Path = work, env: dict[str, str] = env) -> None:
-                (work / "envbuild.lock").unlink(missing_ok=True)
-                res = _run([ENVBUILD, "lock", str(work)], env=env)
-                if res.returncode != 0:
-                    raise RuntimeError(res.stderr)
-
-            t0 = time.perf_counter()
-            envbuild_lock()
-            cold = time.perf_counter() - t0
-            warm, _ = _median_time(envbuild_lock, repeat)
-            check, _ = _median_time(
-                lambda work=work: _run([ENVBUILD, "lock", "--check", str(work)]), repeat
-            )
-            peer = _uv_compile_cmd(work)
-            if peer is None:
-                out[name] = {"envbuild cold (s)": cold, "envbuild warm (s)": warm}
+        _log(f"lock: {name}")
+        with tempfile.TemporaryDirectory(prefix="envbuild-bench-lock-") as tmp:
+            try:
+                r, note = bench_lock_one(name, Path(tmp), repeat, cold_repeat)
+            except Exception as err:  # report, keep measuring the others
+                notes.append(f"{name}: FAILED: {err}")
                 continue
-            cache2 = Path(tmp) / "uv-cache-peer"
-            env2 = {**os.environ, "UV_CACHE_DIR": str(cache2)}
-            t0 = time.perf_counter()
-            _run(peer, env=env2)
-            peer_cold = time.perf_counter() - t0
-            peer_warm, _ = _median_time(lambda peer=peer, env2=env2: _run(peer, env=env2), repeat)
-            out[name] = {
-                "envbuild lock cold (s)": cold,
-                "uv pip compile cold (s)": peer_cold,
-                "envbuild lock warm (s)": warm,
-                "uv pip compile warm (s)": peer_warm,
-                "ratio warm envbuild / uv": warm / peer_warm,
-                "envbuild lock --check (s)": check,
-            }
+        rows += r
+        notes.append(note)
+    argv_note = (
+        "Peer command: `envbuild.pydeps.peer_compile_command` (the lock's requirements, "
+        "`--python-version`, `--python-platform <arch>-manylinux_2_28`, `--only-binary :all:`, "
+        "the same index order and find-links; output requirements.txt). envbuild's time also "
+        "covers resolving the stack, the base image digest look-up (no lock yet) and writing "
+        "the lock; `--check` reads no network."
+    )
+    return {
+        "title": "3. Lock (vs `uv pip compile --generate-hashes`, same requirements and platform)",
+        "rows": rows,
+        "notes": [argv_note, *notes],
+    }
+
+
+# --- 4. build (real engine) -------------------------------------------------------------------
+
+
+def _image_size(ref: str) -> int | None:
+    res = _run(["docker", "image", "inspect", ref, "--format", "{{.Size}}"])
+    return int(res.stdout.strip()) if res.returncode == 0 else None
+
+
+def _history_ids(ref: str) -> list[tuple[str, str]]:
+    """(image id, created-by) of each build step, oldest first."""
+    res = _run(["docker", "history", "--no-trunc", "--format", "{{.ID}}\t{{.CreatedBy}}", ref])
+    out = []
+    for line in reversed(res.stdout.splitlines()):
+        ident, _, created = line.partition("\t")
+        out.append((ident, created))
     return out
 
 
-def _uv_compile_cmd(image_dir: Path) -> list[str] | None:
-    """The same requirements and target platform as envbuild's lock, for uv alone."""
-    try:
-        from envbuild import pydeps
-    except ImportError:
-        return None
-    builder = getattr(pydeps, "peer_compile_command", None)
-    if builder is None:
-        return None
-    cmd: list[str] = builder(image_dir)
-    return cmd
+def _du(ref: str, path: str) -> int | None:
+    res = _run(
+        ["docker", "run", "--rm", "--network", "none", "--entrypoint", "du", ref, "-sb", path]
+    )
+    return int(res.stdout.split()[0]) if res.returncode == 0 and res.stdout.strip() else None
 
 
-# --- 4. build (real engine) -----------------------------------------------------------------
+_CUDA_LIB = re.compile(r"lib(cu|nv|cudnn|nccl|cublas|cufft|curand|cusparse|cusolver)\w*\.so")
 
 
-def bench_build(base_image: str) -> dict[str, Any]:
+def layer_report(ref: str, *, min_bytes: int = 1 << 20) -> dict[str, Any]:
+    """What the image's layers carry twice: bytes a later layer deletes or overwrites, identical
+    large files in two layers, CUDA libraries in two layers, wheels left in a layer."""
+    with tempfile.TemporaryDirectory(prefix="envbuild-bench-save-") as tmp:
+        archive = Path(tmp) / "image.tar"
+        _checked(["docker", "image", "save", "-o", str(archive), ref])
+        with tarfile.open(archive) as outer:
+            manifest = json.load(_member(outer, "manifest.json"))[0]
+            config = json.load(_member(outer, manifest["Config"]))
+            steps = [
+                str(h.get("created_by", ""))
+                for h in config.get("history", [])
+                if not h.get("empty_layer")
+            ]
+            layers: list[dict[str, tuple[int, str]]] = []
+            whiteouts: list[list[str]] = []
+            sizes: list[int] = []
+            for path in manifest["Layers"]:
+                files: dict[str, tuple[int, str]] = {}
+                wh: list[str] = []
+                total = 0
+                with tarfile.open(fileobj=_member(outer, path)) as layer:
+                    for m in layer:
+                        name = "/" + m.name.lstrip("./")
+                        base = name.rsplit("/", 1)[-1]
+                        if base.startswith(".wh."):
+                            parent = name.rsplit("/", 1)[0]
+                            wh.append(parent if base == ".wh..wh..opq" else f"{parent}/{base[4:]}")
+                            continue
+                        if not m.isfile():
+                            continue
+                        total += m.size
+                        digest = ""
+                        if m.size >= min_bytes:
+                            digest = _sha256(layer.extractfile(m))
+                        files[name] = (m.size, digest)
+                layers.append(files)
+                whiteouts.append(wh)
+                sizes.append(total)
+    return _analyse_layers(layers, whiteouts, sizes, steps, min_bytes)
+
+
+def _member(tar: tarfile.TarFile, name: str) -> Any:
+    f = tar.extractfile(name)
+    if f is None:
+        raise RuntimeError(f"{name} missing from the saved image")
+    return f
+
+
+def _sha256(f: Any) -> str:
+    h = hashlib.sha256()
+    for chunk in iter(lambda: f.read(1 << 20), b""):
+        h.update(chunk)
+    return h.hexdigest()
+
+
+def _analyse_layers(
+    layers: list[dict[str, tuple[int, str]]],
+    whiteouts: list[list[str]],
+    sizes: list[int],
+    steps: list[str],
+    min_bytes: int,
+) -> dict[str, Any]:
+    def covered(path: str, gone: str) -> bool:
+        return path == gone or path.startswith(gone.rstrip("/") + "/")
+
+    shadowed: dict[int, int] = {}
+    examples: dict[int, str] = {}
+    for i, files in enumerate(layers):
+        later_paths = [set(layers[j]) for j in range(i + 1, len(layers))]
+        later_wh = [w for j in range(i + 1, len(layers)) for w in whiteouts[j]]
+        for path, (size, _) in files.items():
+            if any(path in p for p in later_paths) or any(covered(path, w) for w in later_wh):
+                shadowed[i] = shadowed.get(i, 0) + size
+                if size >= min_bytes and i not in examples:
+                    examples[i] = path
+    by_digest: dict[str, list[tuple[int, str, int]]] = {}
+    for i, files in enumerate(layers):
+        for path, (size, digest) in files.items():
+            if digest:
+                by_digest.setdefault(digest, []).append((i, path, size))
+    duplicates: list[dict[str, Any]] = [
+        {"size": v[0][2], "copies": [f"layer {i}: {p}" for i, p, _ in v]}
+        for v in by_digest.values()
+        if len({i for i, _, _ in v}) > 1
+    ]
+    cuda_by_name: dict[str, set[int]] = {}
+    for i, files in enumerate(layers):
+        for path in files:
+            base = path.rsplit("/", 1)[-1]
+            if _CUDA_LIB.match(base):
+                cuda_by_name.setdefault(base, set()).add(i)
+    wheels = [
+        f"layer {i}: {p} ({s / 1e6:.0f} MB)"
+        for i, files in enumerate(layers)
+        for p, (s, _) in files.items()
+        if p.endswith(".whl")
+    ]
+
+    def step(i: int) -> str:
+        text = steps[i] if i < len(steps) else "?"
+        text = re.sub(r"^/bin/(ba)?sh -c (#\(nop\) )?", "", text).strip()
+        return text[:90] + ("..." if len(text) > 90 else "")
+
+    return {
+        "layers": [{"index": i, "bytes": sizes[i], "step": step(i)} for i in range(len(layers))],
+        "shadowed_bytes": sum(shadowed.values()),
+        "shadowed": [
+            {"layer": i, "bytes": b, "step": step(i), "example": examples.get(i, "")}
+            for i, b in sorted(shadowed.items())
+        ],
+        "duplicate_bytes": sum(d["size"] * (len(d["copies"]) - 1) for d in duplicates),
+        "duplicates": sorted(duplicates, key=lambda d: -int(d["size"]))[:10],
+        "cuda_libs_in_several_layers": sorted(n for n, ls in cuda_by_name.items() if len(ls) > 1),
+        "wheels_in_layers": wheels,
+    }
+
+
+def _edit_smoke_setting(image_dir: Path) -> str:
+    """A late-layer change: one smoke setting of the request (the plan changes, nothing else)."""
+    path = image_dir / "envbuild.toml"
+    text = path.read_text()
+    if re.search(r"^\[smoke\]", text, re.M):
+        text = re.sub(r"^\[smoke\]\n", "[smoke]\ntimeout_s = 599\n", text, count=1, flags=re.M)
+    else:
+        text += "\n[smoke]\ntimeout_s = 599\n"
+    path.write_text(text)
+    return "[smoke] timeout_s = 599"
+
+
+def bench_build(repeat: int, base_image: str, wheels: Path, ca_cert: Path) -> Section:
+    title = "4. Build on the real engine (images/torch-cpu on the local base)"
     if _run(["docker", "info"]).returncode != 0:
-        return {"skipped": "no Docker engine answers on this machine"}
-    image = ROOT / "images" / "torch-cpu"
-    if not (image / "envbuild.lock").exists():
-        return {"skipped": "images/torch-cpu has no lock"}
-    res: dict[str, Any] = {}
-    tag = "envbuild-bench/torch-cpu:bench"
-    cmd = [ENVBUILD, "image", str(image), "--base-image", base_image, "--tag", tag, "--allow-cpu"]
-    ca = Path("/etc/ssl/certs/ca-certificates.crt")
-    if ca.exists():
-        cmd += ["--ca-cert", str(ca)]
-    _run(["docker", "image", "rm", "-f", tag])
-    _run(["docker", "builder", "prune", "-af"])
-    for label in ("cold build+smoke (s)", "warm rebuild, nothing changed (s)"):
-        t0 = time.perf_counter()
-        r = _run(cmd)
-        res[label] = time.perf_counter() - t0
-        if r.returncode != 0:
-            res["error"] = r.stderr[-2000:]
-            return res
-    # A change to a late layer: the smoke settings live in the plan, after the dependencies.
-    res["late-layer change rebuild (s)"] = _late_layer_rebuild(cmd)
-    inspect = _run(["docker", "image", "inspect", tag, "--format", "{{.Size}}"])
-    if inspect.returncode == 0:
-        size = int(inspect.stdout.strip())
-        res["image size (MB)"] = size / 1e6
-        base = _run(["docker", "image", "inspect", base_image, "--format", "{{.Size}}"])
-        installed = _run(["docker", "run", "--rm", "--entrypoint", "du", tag, "-sb", "/opt/venv"])
-        if base.returncode == 0 and installed.returncode == 0:
-            parts = int(base.stdout.strip()) + int(installed.stdout.split()[0])
-            res["base + venv content (MB)"] = parts / 1e6
-            res["overhead ratio image / content"] = size / parts
-    res["duplicate layer content"] = _duplicate_layers(tag)
-    return res
+        return {"title": title, "skipped": "no Docker engine answers on this machine"}
+    if _image_size(base_image) is None:
+        return {"title": title, "skipped": f"{base_image} is missing (bash tests/e2e.sh prepare)"}
+    nonce = f"{time.strftime('%Y%m%d%H%M%S', time.gmtime())}-{os.getpid()}"
+    # A base of our own (a LABEL on top of the local base: same files, new image id), so the
+    # classic builder's cache, keyed by parent image id, holds nothing for either build: a
+    # real cold build without pruning anything other users of this engine rely on.
+    bench_base = f"envbuild-bench/base:{nonce}"
+    ours_tag = f"envbuild-bench/torch-cpu:{nonce}"
+    peer_tag = f"envbuild-bench/torch-cpu-peer:{nonce}"
+    rows: list[Row] = []
+    notes: list[str] = []
+    out: Section = {"title": title, "rows": rows, "notes": notes}
+    try:
+        subprocess.run(
+            ["docker", "build", "-q", "-t", bench_base, "-"],
+            input=f"FROM {base_image}\nLABEL envbuild.bench.nonce={nonce}\n",
+            text=True,
+            capture_output=True,
+            check=True,
+            env={**os.environ, "DOCKER_BUILDKIT": "0"},
+        )
+        with tempfile.TemporaryDirectory(prefix="envbuild-bench-build-") as tmp:
+            _build_both(Path(tmp), repeat, bench_base, ours_tag, peer_tag, wheels, ca_cert, out)
+    except Exception as err:
+        out["error"] = str(err)[-3000:]
+    finally:
+        if os.environ.get("BENCH_KEEP_IMAGES") != "1":
+            for tag in (ours_tag, peer_tag, bench_base):
+                _run(["docker", "image", "rm", tag])
+    return out
 
 
-def _late_layer_rebuild(cmd: list[str]) -> float:
-    env = {**os.environ, "ENVBUILD_BENCH_TOUCH": str(time.time())}
-    t0 = time.perf_counter()
-    _run([*cmd, "--smoke-timeout", "599"], env=env)
-    return time.perf_counter() - t0
+def _build_both(
+    tmp: Path,
+    repeat: int,
+    bench_base: str,
+    ours_tag: str,
+    peer_tag: str,
+    wheels: Path,
+    ca_cert: Path,
+    out: Section,
+) -> None:
+    from envbuild import lockfile
 
+    rows: list[Row] = out["rows"]
+    notes: list[str] = out["notes"]
+    image_dir = tmp / "torch-cpu"
+    shutil.copytree(ROOT / "images" / "torch-cpu", image_dir)
+    lock = lockfile.loads((image_dir / "envbuild.lock").read_text())
+    version = lock.stack.framework.version
+    cmd = [
+        ENVBUILD,
+        "image",
+        str(image_dir),
+        "--base-image",
+        bench_base,
+        "--tag",
+        ours_tag,
+        "--allow-cpu",
+        "--find-links",
+        str(wheels),
+        "--ca-cert",
+        str(ca_cert),
+    ]
+    ctx = tmp / "peer"
+    ctx.mkdir()
+    shutil.copy(PEER_DOCKERFILE, ctx / "Dockerfile")
+    shutil.copy(ca_cert, ctx / "ca.crt")
+    shutil.copytree(wheels, ctx / "wheels")
+    peer_cmd = [
+        "docker",
+        "build",
+        "-t",
+        peer_tag,
+        "--build-arg",
+        f"BASE={bench_base}",
+        "--build-arg",
+        f"TORCH_VERSION={version}",
+        str(ctx),
+    ]
+    peer_env = {**os.environ, "DOCKER_BUILDKIT": "0"}
+    peer_name = "hand-written Dockerfile, `docker build` (classic)"
 
-def _duplicate_layers(tag: str) -> str:
-    hist = _run(["docker", "history", "--no-trunc", "--format", "{{.Size}}\t{{.CreatedBy}}", tag])
-    if hist.returncode != 0:
-        return "n/a"
-    lines = [ln for ln in hist.stdout.splitlines() if ln.strip()]
-    cuda_layers = [ln for ln in lines if "cuda" in ln.lower() and not ln.startswith("0B")]
-    return f"{len(lines)} layers; {len(cuda_layers)} non-empty layers mention CUDA"
+    _log("build: envbuild cold")
+    cold_e = _timed(lambda: _checked(cmd))
+    _log("build: peer cold")
+    cold_p = _timed(lambda: _checked(peer_cmd, env=peer_env))
+    _log("build: warm rebuilds")
+    warm = interleaved(
+        {"e": lambda: _checked(cmd), "p": lambda: _checked(peer_cmd, env=peer_env)},
+        repeat,
+        warmup=0,
+    )
+    rows.append(
+        row("cold build (envbuild: build + smoke + tag)", cold_e, cold_p, peer_name=peer_name)
+    )
+    rows.append(row("warm rebuild, nothing changed", warm["e"], warm["p"], peer_name=peer_name))
+
+    _log("build: late-layer change")
+    before = _history_ids(ours_tag)
+    change = _edit_smoke_setting(image_dir)
+    _checked([ENVBUILD, "lock", "--offline", str(image_dir)])
+    late = _timed(lambda: _checked(cmd))
+    after = _history_ids(ours_tag)
+    kept = sum(
+        1 for a, b in zip(before, after, strict=False) if a[0] == b[0] and a[0] != "<missing>"
+    )
+    rebuilt = [c for c, (a, b) in enumerate(zip(after, before, strict=False)) if a[0] != b[0]]
+    first = (
+        re.sub(r"^/bin/(ba)?sh -c (#\(nop\) )?", "", after[rebuilt[0]][1])[:70] if rebuilt else ""
+    )
+    rows.append(
+        row(
+            f"rebuild after a late-layer change ({change}, re-locked --offline)",
+            late,
+            note=f"{len(after) - kept} of {len(after)} steps rebuilt, from `{first}`",
+        )
+    )
+    notes.append(
+        "Cold builds: one sample each (a fresh base id per run, so no cache at all); warm: "
+        f"median of {repeat}, interleaved. envbuild's times include running the smoke test "
+        "in a container and tagging on pass; the peer has no test."
+    )
+
+    _log("build: sizes and layers")
+    for label, tag in (("envbuild", ours_tag), ("peer", peer_tag)):
+        size = _image_size(tag)
+        base = _image_size(bench_base)
+        venv = _du(tag, "/opt/venv")
+        entry: dict[str, Any] = {"image_bytes": size, "base_bytes": base, "venv_bytes": venv}
+        if size and base and venv:
+            entry["overhead_ratio"] = size / (base + venv)
+        entry["layers"] = layer_report(tag)
+        out[f"size_{label}"] = entry
+    e, p = out["size_envbuild"], out["size_peer"]
+    rows.append(
+        row(
+            "image size",
+            e["image_bytes"] / 1e6,
+            p["image_bytes"] / 1e6,
+            peer_name=peer_name,
+            unit="MB",
+        )
+    )
+    if "overhead_ratio" in e and "overhead_ratio" in p:
+        rows.append(
+            row(
+                "overhead: image size / (base + /opt/venv content)",
+                e["overhead_ratio"],
+                p["overhead_ratio"],
+                peer_name=peer_name,
+                unit="x",
+                note=f"base {e['base_bytes'] / 1e6:.0f} MB; venv {e['venv_bytes'] / 1e6:.0f} MB "
+                f"(envbuild) / {p['venv_bytes'] / 1e6:.0f} MB (peer)",
+            )
+        )
+    rows.append(
+        row(
+            "bytes in layers a later layer deletes or overwrites",
+            e["layers"]["shadowed_bytes"] / 1e6,
+            p["layers"]["shadowed_bytes"] / 1e6,
+            peer_name=peer_name,
+            unit="MB",
+        )
+    )
+    rows.append(
+        row(
+            "identical files (>= 1 MiB) in two layers, extra copies",
+            e["layers"]["duplicate_bytes"] / 1e6,
+            p["layers"]["duplicate_bytes"] / 1e6,
+            peer_name=peer_name,
+            unit="MB",
+        )
+    )
 
 
 # --- 5. smoke on the H200 (committed results) ------------------------------------------------
 
 
-def smoke_results() -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for path in sorted(RESULTS_DIR.glob("h200-*.json")):
+def _baseline_for(gpu_name: str, baselines: Sequence[Any]) -> Any:
+    best = None
+    for b in baselines:
+        if b.gpu.lower() in gpu_name.lower() and (best is None or len(b.gpu) > len(best.gpu)):
+            best = b
+    return best
+
+
+def smoke_results(results_dir: Path = RESULTS_DIR) -> Section:
+    """Time to verdict and figures from the payload engineer's committed GPU runs."""
+    title = "5. Smoke on the H200 (committed GPU runs: benchmarks/results/h200*-smoke-*.json)"
+    files = sorted(results_dir.glob("h200*-smoke-*.json"))
+    if not files:
+        return {
+            "title": title,
+            "pending": "PENDING: no benchmarks/results/h200*-smoke-*.json yet; `make bench` "
+            "fills this section once the GPU runs are committed.",
+        }
+    from envbuild.matrix import load_matrix
+
+    baselines = load_matrix().baselines
+    runs: list[dict[str, Any]] = []
+    for path in files:
         try:
-            out[path.name] = json.loads(path.read_text())
-        except (OSError, ValueError):
+            rep = json.loads(path.read_text())
+        except (OSError, ValueError) as err:
+            runs.append({"file": path.name, "error": str(err)})
             continue
-    return out
+        timings = rep.get("timings", {})
+        metrics = rep.get("metrics", {})
+        gpus = rep.get("host", {}).get("gpus", [])
+        gpu = gpus[0]["name"] if gpus else ""
+        run: dict[str, Any] = {
+            "file": path.name,
+            "framework": rep.get("framework", ""),
+            "device": rep.get("device", ""),
+            "gpus": len(gpus),
+            "tier": rep.get("tier"),
+            "ok": rep.get("ok"),
+            "checks": len(rep.get("checks", [])),
+            "import_s": timings.get("import_s"),
+            "tier1_s": timings.get("tier1_s"),
+            "tier2_s": timings.get("tier2_s"),
+            "total_s": timings.get("total_s"),
+        }
+        perf = metrics.get("perf") or (
+            [{"bf16_tflops": metrics["bf16_tflops"], "mem_bw_tbs": metrics.get("mem_bw_tbs")}]
+            if metrics.get("bf16_tflops") is not None
+            else []
+        )
+        base = _baseline_for(gpu, baselines) if gpu else None
+        figures = []
+        for p in perf:
+            fig: dict[str, Any] = {
+                "index": p.get("index", 0),
+                # The fp16 path (pre-Ampere GPUs) reports its fp16 matmul under the same key.
+                "dtype": p.get("matmul_dtype") or metrics.get("precision") or "bf16",
+                "bf16_tflops": p.get("bf16_tflops"),
+                "mem_bw_tbs": p.get("mem_bw_tbs"),
+            }
+            if base is not None:
+                for key, ds, healthy in (
+                    ("bf16_tflops", base.datasheet_bf16_tflops, base.bf16_tflops),
+                    ("mem_bw_tbs", base.datasheet_mem_bw_tbs, base.mem_bw_tbs),
+                ):
+                    v = p.get(key)
+                    if v is not None:
+                        fig[f"{key}_of_datasheet"] = v / ds if ds else None
+                        fig[f"{key}_of_baseline"] = v / healthy if healthy else None
+            figures.append(fig)
+        run["figures"] = figures
+        run["baseline"] = (
+            {
+                "gpu": base.gpu,
+                "bf16_tflops": base.bf16_tflops,
+                "mem_bw_tbs": base.mem_bw_tbs,
+                "datasheet_bf16_tflops": base.datasheet_bf16_tflops,
+                "datasheet_mem_bw_tbs": base.datasheet_mem_bw_tbs,
+                "confidence": base.confidence,
+            }
+            if base is not None
+            else None
+        )
+        runs.append(run)
+    return {
+        "title": title,
+        "runs": runs,
+        "notes": [
+            "Measured by the payload engineer on the device machines (1 and 2 x H200, driver "
+            "580.159.04, torch 2.11.0+cu130), one run per file; see "
+            "benchmarks/results/h200-smoke.md for how. `total` is the payload's own time to "
+            "verdict, `import torch` included; process start adds about 1 s (h200-*.log).",
+            "The healthy baseline (matrix/baselines.toml) is the median of 10 readings from "
+            "the same machines (h200-baseline.json), so fractions of it near 1.0 show the "
+            "spread between runs, not an independent check.",
+        ],
+    }
 
 
 # --- report -----------------------------------------------------------------------------------
 
 
-def _fmt(v: Any) -> str:
+def _fmt(v: Any, unit: str = "") -> str:
+    if v is None:
+        return ""
     if isinstance(v, float):
-        return f"{v:.4g}"
+        if unit == "s" and v < 0.1:
+            return f"{v * 1000:.3g} ms"
+        text = f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.3g}"
+        return f"{text} {unit}".strip() if unit else text
     return str(v)
 
 
-def write_report(data: dict[str, Any]) -> str:
+def _ratio(v: Any) -> str:
+    return f"{v:.2f}x" if isinstance(v, float) else ""
+
+
+def _table(rows: Sequence[Row]) -> list[str]:
+    lines = [
+        "| measurement | envbuild | peer | peer is | envbuild / peer | n | note |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        unit = r.get("unit", "")
+        lines.append(
+            f"| {r['what']} | {_fmt(r.get('envbuild'), unit)} | {_fmt(r.get('peer'), unit)} "
+            f"| {r.get('peer_name', '')} | {_ratio(r.get('ratio'))} | {r.get('n', '')} "
+            f"| {r.get('note', '')} |"
+        )
+    return lines
+
+
+def _smoke_lines(section: Section) -> list[str]:
+    if "pending" in section:
+        return [f"**{section['pending']}**", ""]
+    lines = [
+        "| file | framework | host GPUs | tier | verdict | checks | import | tier 1 | tier 2 "
+        "| total (time to verdict) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    figs = [
+        "| file | GPU | matmul | TFLOP/s | of datasheet | of baseline | copy TB/s | of datasheet "
+        "| of baseline |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in section["runs"]:
+        if "error" in r:
+            lines.append(f"| {r['file']} | unreadable: {r['error']} |||||||||")
+            continue
+        verdict = "PASS" if r["ok"] else "FAIL"
+        lines.append(
+            f"| {r['file']} | {r['framework']} | {r['gpus']} | {r['tier']} | {verdict} on "
+            f"{r['device']} | {r['checks']} | {_fmt(r['import_s'], 's')} "
+            f"| {_fmt(r['tier1_s'], 's')} | {_fmt(r['tier2_s'], 's')} | {_fmt(r['total_s'], 's')} |"
+        )
+        for i, f in enumerate(r["figures"]):
+
+            def pct(key: str, f: dict[str, Any] = f) -> str:
+                v = f.get(key)
+                return f"{v:.0%}" if isinstance(v, float) else ""
+
+            figs.append(
+                f"| {r['file']} | {f.get('index', i)} | {f.get('dtype', '')} "
+                f"| {_fmt(f.get('bf16_tflops'))} | "
+                f"{pct('bf16_tflops_of_datasheet')} | {pct('bf16_tflops_of_baseline')} | "
+                f"{_fmt(f.get('mem_bw_tbs'))} | {pct('mem_bw_tbs_of_datasheet')} | "
+                f"{pct('mem_bw_tbs_of_baseline')} |"
+            )
+    base = next((r["baseline"] for r in section["runs"] if r.get("baseline")), None)
+    out = ["### Time to verdict", "", *lines, "", "### Throughput", "", *figs, ""]
+    if base:
+        out += [
+            f"Reference ({base['gpu']}, matrix/baselines.toml, confidence {base['confidence']}): "
+            f"datasheet {base['datasheet_bf16_tflops']} TFLOP/s dense bf16 (fp16 the same), "
+            f"{base['datasheet_mem_bw_tbs']} TB/s; healthy baseline {base['bf16_tflops']} "
+            f"TFLOP/s, {base['mem_bw_tbs']} TB/s.",
+            "",
+        ]
+    return out
+
+
+def _layer_lines(size: dict[str, Any], label: str) -> list[str]:
+    lay = size.get("layers", {})
+    lines = [f"**{label}** layers (bytes of regular files per layer):", ""]
+    lines += ["| # | MB | step |", "|---|---|---|"]
+    for layer in lay.get("layers", []):
+        step = str(layer["step"]).replace("|", "\\|")
+        lines.append(f"| {layer['index']} | {layer['bytes'] / 1e6:.1f} | `{step}` |")
+    lines.append("")
+    for s in lay.get("shadowed", []):
+        if s["bytes"] >= 1e6:
+            lines.append(
+                f"- layer {s['layer']} carries {s['bytes'] / 1e6:.1f} MB that a later layer "
+                f"deletes or overwrites (e.g. `{s['example']}`)"
+            )
+    for w in lay.get("wheels_in_layers", []):
+        lines.append(f"- wheel shipped inside the image: {w}")
+    for d in lay.get("duplicates", []):
+        lines.append(f"- identical {d['size'] / 1e6:.1f} MB file in: {'; '.join(d['copies'])}")
+    cuda = lay.get("cuda_libs_in_several_layers", [])
+    lines.append(
+        f"- CUDA libraries present in two or more layers: {', '.join(cuda) if cuda else 'none'}"
+    )
+    lines.append("")
+    return lines
+
+
+def write_report(data: Mapping[str, Any]) -> str:
+    """RESULTS.md text from the result dict `main` builds (pure: tests feed it canned data)."""
     lines = [
         "# envbuild benchmarks",
         "",
-        "Generated by `make bench`; medians over repeated runs.",
+        "Generated by `make bench` (benchmarks/run.py); raw data: benchmarks/results/latest.json. "
+        "Medians over repeated runs, each beside its peer measured in the same run, samples "
+        "interleaved. Ratios are envbuild / peer: below 1 envbuild is faster or smaller.",
+        "",
+        "## Machine",
         "",
     ]
-    lines += ["## Machine", ""] + [f"- {k}: {_fmt(v)}" for k, v in data["machine"].items()] + [""]
-    for section, title in (
-        ("cli_start", "1. CLI start (vs a bare `python -c pass`)"),
-        ("resolve", "2. Resolve (in process)"),
-        ("lock", "3. Lock (vs `uv pip compile --generate-hashes`, same requirements and platform)"),
-        ("build", "4. Build on the real engine (images/torch-cpu on the local base)"),
-    ):
-        lines += [f"## {title}", "", "| measurement | value |", "|---|---|"]
-        value = data.get(section, {})
-        for k, v in value.items():
-            if isinstance(v, dict):
-                for k2, v2 in v.items():
-                    lines.append(f"| {k}: {k2} | {_fmt(v2)} |")
-            else:
-                lines.append(f"| {k} | {_fmt(v)} |")
-        lines.append("")
-    lines += [
-        "## 5. Smoke on the H200",
-        "",
-        "See benchmarks/results/h200-smoke.md (measured there).",
-    ]
-    return "\n".join(lines) + "\n"
+    lines += [f"- {k}: {_fmt(v)}" for k, v in data.get("machine", {}).items()]
+    settings = data.get("settings", {})
+    if settings:
+        lines.append("- settings: " + ", ".join(f"{k}={v}" for k, v in settings.items()))
+    lines.append("")
+    for key in ("cli_start", "resolve", "lock", "build", "smoke_h200"):
+        section = data.get(key)
+        if not section:
+            continue
+        lines += [f"## {section.get('title', key)}", ""]
+        if "skipped" in section:
+            lines += [f"Skipped: {section['skipped']}", ""]
+            continue
+        if key == "smoke_h200":
+            lines += _smoke_lines(section)
+        elif section.get("rows"):
+            lines += [*_table(section["rows"]), ""]
+        if "error" in section:
+            lines += ["**FAILED:**", "", "```", str(section["error"]).strip(), "```", ""]
+        for label, name in (("size_envbuild", "envbuild"), ("size_peer", "peer")):
+            if label in section:
+                lines += _layer_lines(section[label], name)
+        lines += [f"- {n}" for n in section.get("notes", [])]
+        if section.get("notes"):
+            lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 def main() -> None:
     repeat = int(os.environ.get("BENCH_REPEAT", "7"))
-    data: dict[str, Any] = {"machine": machine()}
-    data["cli_start"] = bench_cli_start(repeat)
-    data["resolve"] = bench_resolve(repeat)
-    data["lock"] = bench_lock(max(3, repeat // 2), ["torch-train", "torch-slim", "jax-train"])
-    data["build"] = bench_build(os.environ.get("BENCH_BASE", "envbuild-e2e/base:bookworm"))
+    cold_repeat = int(os.environ.get("BENCH_COLD_REPEAT", "3"))
+    build_repeat = int(os.environ.get("BENCH_BUILD_REPEAT", "3"))
+    skip = set(filter(None, os.environ.get("BENCH_SKIP", "").split(",")))
+    examples = [e for e in os.environ.get("BENCH_LOCK_EXAMPLES", "").split(",") if e] or sorted(
+        p.parent.name for p in (ROOT / "images").glob("*/envbuild.toml")
+    )
+    data: dict[str, Any] = {
+        "machine": machine(),
+        "settings": {
+            "BENCH_REPEAT": repeat,
+            "BENCH_COLD_REPEAT": cold_repeat,
+            "BENCH_BUILD_REPEAT": build_repeat,
+        },
+    }
+    if "cli" not in skip:
+        _log("cli start")
+        data["cli_start"] = bench_cli_start(repeat)
+    if "resolve" not in skip:
+        _log("resolve")
+        data["resolve"] = bench_resolve(repeat)
+    if "lock" not in skip:
+        data["lock"] = bench_lock(repeat, cold_repeat, examples)
+    if "build" not in skip:
+        data["build"] = bench_build(
+            build_repeat,
+            os.environ.get("BENCH_BASE", "envbuild-e2e/base:bookworm"),
+            Path(os.environ.get("BENCH_WHEELS", "/opt/wheels")),
+            Path(os.environ.get("BENCH_CA_CERT", "/etc/ssl/certs/ca-certificates.crt")),
+        )
     data["smoke_h200"] = smoke_results()
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    (RESULTS_DIR / "latest.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    (ROOT / "benchmarks" / "RESULTS.md").write_text(write_report(data))
-    print((ROOT / "benchmarks" / "RESULTS.md").read_text())
+    _write_atomic(RESULTS_DIR / "latest.json", json.dumps(data, indent=2, sort_keys=True) + "\n")
+    report = write_report(data)
+    _write_atomic(ROOT / "benchmarks" / "RESULTS.md", report)
+    print(report)
 
 
 if __name__ == "__main__":

@@ -148,7 +148,10 @@ def _coverage_one(
     archs: tuple[str, ...], cc: tuple[int, int], tegra: frozenset[tuple[int, int]]
 ) -> tuple[Coverage | None, str | None]:
     ptx: str | None = None
-    for a in sort_archs(archs):
+    # Highest first: the driver loads the closest cubin, and JITs the newest PTX that fits
+    # only when no cubin does (Programming Guide, "Binary Compatibility"; the payload's
+    # arch_covers names the same one).
+    for a in reversed(sort_archs(archs)):
         how = covers(a, cc, tegra)
         if how == "cubin":
             return ("cubin", a)
@@ -166,8 +169,8 @@ def coverage(
     """("cubin", arch) when a cubin runs on `cc`; ("ptx", arch) when only PTX can be JIT
     compiled for it (the driver then needs the build's toolkit floor); (None, None).
 
-    Deterministic: archs are considered in numeric order, so the lowest fitting cubin (or PTX)
-    is named whatever order the build lists them in."""
+    Deterministic whatever order the build lists its archs in: the highest fitting cubin (or
+    PTX) is named, the one the driver uses."""
     dev = cc_tuple(cc) if isinstance(cc, str) else cc
     build = tuple(archs)
     how = _coverage_one(build, dev, rules.tegra)

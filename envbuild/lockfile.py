@@ -150,6 +150,8 @@ def dumps(lock: Lock, *, command: str | None = None) -> str:
     base.add("os", bi.os)
     _opt(base, "cudnn", bi.cudnn)
     base.add("require_cuda", bi.require_cuda)
+    # Optional (absent = no builder stage), so schema 1 locks without it still read the same.
+    _opt(base, "builder", bi.builder)
     _opt(base, "digest", lock.base_digest)
     base.add("pinned", lock.base_digest is not None)
     doc.add("base_image", base)
@@ -286,6 +288,7 @@ def _lock_from(d: dict[str, Any]) -> Lock:
         os=bi["os"],
         cudnn=bi.get("cudnn"),
         require_cuda=bi.get("require_cuda", ""),
+        builder=bi.get("builder"),
     )
     stack = Stack(
         framework=FrameworkPick(

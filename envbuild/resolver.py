@@ -27,7 +27,8 @@ Rules (sources: ../shared/reference/compat-facts.md, DESIGN.md "Decisions alread
   same major with minor >= Y; PTX ``compute_XY`` is JIT-compiled by the driver for any GPU with
   compute capability >= X.Y. Tegra (Jetson) GPUs have no cubin compatibility across minors,
   nor with desktop cubins (same guide); a renamed arch (Thor sm_101 -> sm_110 in CUDA 13.0) is
-  reached by builds for either name.
+  reached by builds for either name. The rule itself is envbuild/archs.py, shared with
+  `envbuild validate`.
 - Driver floors (CUDA release notes, Table 3 "Toolkit Driver Version"; CUDA Compatibility guide,
   "Minor Version Compatibility"): every CUDA release has the toolkit's own floor and, from CUDA 11
   on, the minor-version-compatibility (MVC) floor of its major (11.x >= 450.80.02, 12.x >=

@@ -16,7 +16,9 @@ def parse_version(text: str, *, what: str = "version") -> Version:
     """Parse a version, raising a `UserError` that names `what` on bad input."""
     try:
         return Version(text.strip())
-    except (InvalidVersion, TypeError, AttributeError):
+    # ValueError too: a component past Python's int-string limit (4300 digits, CPython's
+    # int_max_str_digits) raises a plain ValueError, not InvalidVersion (tests/reliability).
+    except (InvalidVersion, ValueError, TypeError, AttributeError):
         raise UserError(
             f"{what} {text!r} is not a version",
             hint=f"write the {what} as dotted numbers, for example 12.8 or 570.124.06",
@@ -29,8 +31,13 @@ def parse_specifier(text: str, *, what: str = "version range") -> SpecifierSet:
     if s and s[0].isdigit():
         s = f"=={s}.*" if s.count(".") < 2 else f"=={s}"
     try:
-        return SpecifierSet(s)
-    except (InvalidSpecifier, TypeError):
+        spec = SpecifierSet(s)
+        # Compare once now: a bound past Python's int-string limit (4300 digits) parses
+        # lazily and would raise a plain ValueError mid-resolve (tests/reliability).
+        for one in spec:
+            one.contains("0", prereleases=True)
+        return spec
+    except (InvalidSpecifier, ValueError, TypeError):
         raise UserError(
             f"{what} {text!r} is not a version range",
             hint="write it as 12.8, ==12.8.*, >=12.6 or >=12.6,<13",
