@@ -163,7 +163,16 @@ def machine() -> dict[str, Any]:
         "git": f"{commit}{' + uncommitted changes' if dirty else ''}",
         "uv": _first_line([UV, "--version"]),
         "docker": _first_line(["docker", "version", "--format", "{{.Server.Version}}"]),
+        "load average at start": _load(),
     }
+
+
+def _load() -> str:
+    """Other work on the machine skews timings; the report shows how busy it was."""
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "n/a"
 
 
 # --- 1. CLI start ------------------------------------------------------------------------------
@@ -583,6 +592,16 @@ def _analyse_layers(
     }
 
 
+def _unreachable_retries(log: str) -> dict[str, int]:
+    """pip's "Retrying ... NewConnectionError ...: /whl/cpu/torch/" warnings, per index path."""
+    counts: dict[str, int] = {}
+    pattern = r"Retrying \(Retry\(.*(?:NewConnectionError|ConnectTimeout).*: (/\S+)$"
+    for m in re.finditer(pattern, log, re.M):
+        index = m.group(1).rstrip("/").rsplit("/", 1)[0] + "/"
+        counts[index] = counts.get(index, 0) + 1
+    return counts
+
+
 def _edit_smoke_setting(image_dir: Path) -> str:
     """A late-layer change: one smoke setting of the request (the plan changes, nothing else)."""
     path = image_dir / "envbuild.toml"
@@ -683,9 +702,21 @@ def _build_both(
     peer_name = "hand-written Dockerfile, `docker build` (classic)"
 
     _log("build: envbuild cold")
-    cold_e = _timed(lambda: _checked(cmd))
+    t0 = time.perf_counter()
+    cold_log = _checked(cmd).stderr
+    cold_e = time.perf_counter() - t0
     _log("build: peer cold")
-    cold_p = _timed(lambda: _checked(peer_cmd, env=peer_env))
+    t0 = time.perf_counter()
+    peer_log = _checked(peer_cmd, env=peer_env).stdout
+    cold_p = time.perf_counter() - t0
+    for who, log in (("envbuild", cold_log), ("peer", peer_log)):
+        retries = _unreachable_retries(log)
+        if retries:
+            notes.append(
+                f"{who}'s cold build: pip retried {sum(retries.values())} times against an "
+                f"index it could not reach ({', '.join(sorted(retries))}), "
+                "before falling back to the others."
+            )
     _log("build: warm rebuilds")
     warm = interleaved(
         {"e": lambda: _checked(cmd), "p": lambda: _checked(peer_cmd, env=peer_env)},
@@ -1064,6 +1095,7 @@ def main() -> None:
             Path(os.environ.get("BENCH_CA_CERT", "/etc/ssl/certs/ca-certificates.crt")),
         )
     data["smoke_h200"] = smoke_results()
+    data["machine"]["load average at end"] = _load()
     _write_atomic(RESULTS_DIR / "latest.json", json.dumps(data, indent=2, sort_keys=True) + "\n")
     report = write_report(data)
     _write_atomic(ROOT / "benchmarks" / "RESULTS.md", report)

@@ -461,7 +461,13 @@ def doctor(*, facts_file: Path | None = None, root: Path | None = None) -> Docto
             unreadable.append(
                 doc.Finding(f"lock {label}", "info", f"cannot read: {err.message}", err.hint)
             )
-    findings = doc.check_host(facts, locks=locks) + unreadable
+    rules = None
+    if locks:
+        from envbuild.archs import ArchRules
+        from envbuild.matrix import load_matrix
+
+        rules = ArchRules.from_archs(load_matrix().archs)
+    findings = doc.check_host(facts, locks=locks, rules=rules) + unreadable
     return doc.DoctorReport(facts=facts, findings=tuple(findings))
 
 

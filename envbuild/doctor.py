@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from packaging.version import InvalidVersion, Version
 
+from envbuild.archs import ArchRules
 from envbuild.hostinfo import host_from_facts
 from envbuild.models import Lock
 from envbuild.validate import preflight
@@ -66,7 +67,7 @@ class Finding:
 def _v(text: Any) -> Version | None:
     try:
         return Version(str(text)) if text else None
-    except InvalidVersion:
+    except (InvalidVersion, ValueError):  # ValueError: a part past the 4300-digit int limit
         return None
 
 
@@ -381,8 +382,10 @@ def check_host(
     *,
     locks: Sequence[tuple[str, Lock]] = (),
     min_shm_mib: int = MIN_SHM_MIB,
+    rules: ArchRules | None = None,
 ) -> list[Finding]:
-    """All findings for one host, in a fixed order: driver, GPUs, engine, shm, locks."""
+    """All findings for one host, in a fixed order: driver, GPUs, engine, shm, locks.
+    `rules`: the matrix's Tegra capabilities and arch renames (None = desktop rules only)."""
     driver = facts.get("driver") or {}
     findings = _driver_findings(driver if isinstance(driver, Mapping) else {})
     gpus = facts.get("gpus") or []
@@ -399,11 +402,15 @@ def check_host(
     findings.extend(_gpu_findings(gpus))
     findings.extend(_engine_findings(facts))
     findings.extend(_shm_finding(facts, min_shm_mib))
-    findings.extend(lock_findings(facts, locks))
+    findings.extend(lock_findings(facts, locks, rules))
     return findings
 
 
-def lock_findings(facts: Mapping[str, Any], locks: Sequence[tuple[str, Lock]]) -> list[Finding]:
+def lock_findings(
+    facts: Mapping[str, Any],
+    locks: Sequence[tuple[str, Lock]],
+    rules: ArchRules | None = None,
+) -> list[Finding]:
     """Which locks in reach would run here. Informational: a lock that does not fit this host
     is not a fault of the host; `envbuild validate` turns it into a verdict."""
     if not locks:
@@ -411,7 +418,7 @@ def lock_findings(facts: Mapping[str, Any], locks: Sequence[tuple[str, Lock]]) -
     host = host_from_facts(dict(facts))
     out: list[Finding] = []
     for label, lock in locks:
-        pf = preflight(lock, host, facts=facts, lock_label=label)
+        pf = preflight(lock, host, facts=facts, lock_label=label, rules=rules)
         if pf.ok:
             out.append(Finding(f"lock {label}", "ok", "would run here"))
         else:

@@ -271,84 +271,127 @@ def loads(text: str, *, path: str = LOCK_FILE, verify: bool = True) -> Lock:
         ) from None
 
 
+def _typed(value: Any, kind: type, what: str) -> Any:
+    # A lock whose content_hash was recomputed after an edit passes the hash check: every value
+    # is still checked here, so a wrong type is a LockError (exit 2), not a crash later in
+    # render or validate (tests/reliability/test_bad_input.py).
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise TypeError(f"{what} must be {kind.__name__}, got {type(value).__name__}")
+    return value
+
+
+def _s(table: dict[str, Any], key: str, where: str, default: Any = ...) -> Any:
+    """table[key] as a str (`default` when absent; a None default means optional)."""
+    if key not in table:
+        if default is ...:
+            raise KeyError(f"{where}.{key}")
+        return default
+    return _typed(table[key], str, f"{where}.{key}")
+
+
+def _strs(table: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
+    items = _typed(table.get(key, []), list, f"{where}.{key}")
+    return tuple(_typed(x, str, f"{where}.{key}[]") for x in items)
+
+
+def _int(table: dict[str, Any], key: str, where: str, default: int) -> int:
+    value: int = _typed(table.get(key, default), int, f"{where}.{key}")
+    return value
+
+
 def _lock_from(d: dict[str, Any]) -> Lock:
-    st = d["stack"]
+    st = _typed(d["stack"], dict, "[stack]")
     fl = st.get("floors")
     floors = None
     if fl is not None:
+        _typed(fl, dict, "[stack.floors]")
         floors = Floors(
-            toolkit=str(fl["toolkit"]),
-            minor_compat=fl.get("minor_compat"),
-            relied_on=fl["relied_on"],
+            toolkit=_s(fl, "toolkit", "stack.floors"),
+            minor_compat=_s(fl, "minor_compat", "stack.floors", None),
+            relied_on=_s(fl, "relied_on", "stack.floors"),
         )
-    bi = d["base_image"]
+    bi = _typed(d["base_image"], dict, "[base_image]")
     base = BaseImage(
-        ref=bi["ref"],
-        flavour=bi["flavour"],
-        os=bi["os"],
-        cudnn=bi.get("cudnn"),
-        require_cuda=bi.get("require_cuda", ""),
-        builder=bi.get("builder"),
+        ref=_s(bi, "ref", "base_image"),
+        flavour=_s(bi, "flavour", "base_image"),
+        os=_s(bi, "os", "base_image"),
+        cudnn=_s(bi, "cudnn", "base_image", None),
+        require_cuda=_s(bi, "require_cuda", "base_image", ""),
+        builder=_s(bi, "builder", "base_image", None),
     )
     stack = Stack(
         framework=FrameworkPick(
-            name=st["framework"],
-            version=st["framework_version"],
-            variant=st["variant"],
-            requirement=st["requirement"],
-            index_url=st.get("framework_index_url"),
-            pypi_default=bool(st.get("pypi_default", True)),
+            name=_s(st, "framework", "stack"),
+            version=_s(st, "framework_version", "stack"),
+            variant=_s(st, "variant", "stack"),
+            requirement=_s(st, "requirement", "stack"),
+            index_url=_s(st, "framework_index_url", "stack", None),
+            pypi_default=_typed(st.get("pypi_default", True), bool, "stack.pypi_default"),
         ),
-        cuda=st.get("cuda"),
-        cudnn=st.get("cudnn"),
-        nccl=st.get("nccl"),
-        python=st["python"],
-        os=st["os"],
-        flavour=st["flavour"],
+        cuda=_s(st, "cuda", "stack", None),
+        cudnn=_s(st, "cudnn", "stack", None),
+        nccl=_s(st, "nccl", "stack", None),
+        python=_s(st, "python", "stack"),
+        os=_s(st, "os", "stack"),
+        flavour=_s(st, "flavour", "stack"),
         base_image=base,
-        archs=tuple(st.get("archs", ())),
-        target_archs=tuple(st.get("target_archs", ())),
+        archs=_strs(st, "archs", "stack"),
+        target_archs=_strs(st, "target_archs", "stack"),
         floors=floors,
-        notes=tuple(st.get("notes", ())),
-        rows=tuple(st.get("rows", ())),
+        notes=_strs(st, "notes", "stack"),
+        rows=_strs(st, "rows", "stack"),
     )
-    tg = d["targets"]
-    ix = d.get("indexes", {})
-    sm = d.get("smoke", {})
+    tg = _typed(d["targets"], dict, "[targets]")
+    ix = _typed(d.get("indexes", {}), dict, "[indexes]")
+    sm = _typed(d.get("smoke", {}), dict, "[smoke]")
     defaults = SmokeSettings()
     packages = []
-    for p in d.get("package", []):
-        hashes = tuple(p["hashes"])
+    for p in _typed(d.get("package", []), list, "[[package]]"):
+        _typed(p, dict, "[[package]]")
+        name = _s(p, "name", "package")
+        hashes = _strs(p, "hashes", f"package {name}")
         for h in hashes:
             if not _HASH_RE.match(h):
-                raise ValueError(f"package {p['name']}: {h!r} is not sha256:<64 hex>")
+                raise ValueError(f"package {name}: {h!r} is not sha256:<64 hex>")
         packages.append(
-            LockedPackage(name=p["name"], version=p["version"], hashes=hashes, source=p["source"])
+            LockedPackage(
+                name=name,
+                version=_s(p, "version", f"package {name}"),
+                hashes=hashes,
+                source=_s(p, "source", f"package {name}"),
+            )
         )
-    inputs = d.get("inputs", {})
+    inputs = _typed(d.get("inputs", {}), dict, "[inputs]")
     return Lock(
-        name=d["name"],
-        input_hash=d["input_hash"],
+        name=_s(d, "name", "lock"),
+        input_hash=_s(d, "input_hash", "lock"),
         stack=stack,
-        targets=Targets(gpus=tuple(tg.get("gpus", ())), driver=tg.get("driver")),
-        platform=tg.get("platform", "x86_64"),
+        targets=Targets(
+            gpus=_strs(tg, "gpus", "targets"), driver=_s(tg, "driver", "targets", None)
+        ),
+        platform=_s(tg, "platform", "targets", "x86_64"),
         indexes=Indexes(
-            index_url=ix.get("index_url"),
-            extra_index_urls=tuple(ix.get("extra_index_urls", ())),
-            find_links=tuple(ix.get("find_links", ())),
+            index_url=_s(ix, "index_url", "indexes", None),
+            extra_index_urls=_strs(ix, "extra_index_urls", "indexes"),
+            find_links=_strs(ix, "find_links", "indexes"),
         ),
         smoke=SmokeSettings(
-            tier=int(sm.get("tier", defaults.tier)),
-            timeout_s=int(sm.get("timeout_s", defaults.timeout_s)),
-            steps=int(sm.get("steps", defaults.steps)),
-            min_shm_mib=int(sm.get("min_shm_mib", defaults.min_shm_mib)),
+            tier=_int(sm, "tier", "smoke", defaults.tier),
+            timeout_s=_int(sm, "timeout_s", "smoke", defaults.timeout_s),
+            steps=_int(sm, "steps", "smoke", defaults.steps),
+            min_shm_mib=_int(sm, "min_shm_mib", "smoke", defaults.min_shm_mib),
         ),
-        base_digest=bi.get("digest"),
+        base_digest=_s(bi, "digest", "base_image", None),
         packages=tuple(packages),
-        compat=tg.get("compat", "minor"),
-        schema_version=int(d["schema_version"]),
-        request_hash=inputs.get("request", ""),
-        row_fingerprints=tuple(sorted((str(k), str(v)) for k, v in inputs.get("rows", {}).items())),
+        compat=_s(tg, "compat", "targets", "minor"),
+        schema_version=_int(d, "schema_version", "lock", 0),
+        request_hash=_s(inputs, "request", "inputs", ""),
+        row_fingerprints=tuple(
+            sorted(
+                (str(k), _typed(v, str, f"inputs.rows.{k}"))
+                for k, v in _typed(inputs.get("rows", {}), dict, "[inputs.rows]").items()
+            )
+        ),
     )
 
 
@@ -503,6 +546,11 @@ def write_if_changed(image_dir: Path, text: str) -> bool:
     """
     path = lock_path(image_dir)
     with folder_lock(image_dir):
+        # Every lock writer holds this flock while its temp file exists, so a temp file seen
+        # here belongs to a writer that died (SIGKILL, power loss): nothing else removes it.
+        for stale in image_dir.glob(f".{LOCK_FILE}.*.tmp"):
+            with contextlib.suppress(FileNotFoundError):
+                stale.unlink()
         if read_lock_text(image_dir) == text:
             return False
         write_atomic(path, text)

@@ -43,12 +43,23 @@ OVERLAY_ENV = "ENVBUILD_MATRIX_OVERLAY"
 @functools.lru_cache(maxsize=4096)
 def _spec(text: str) -> SpecifierSet:
     """Parsed specifier, cached: the cross-checks test every release against every build."""
-    return SpecifierSet(text)
+    spec = SpecifierSet(text)
+    try:
+        # Bounds parse lazily; one comparison now turns a bound past Python's int-string
+        # limit (4300 digits: a plain ValueError) into InvalidSpecifier (tests/reliability).
+        for one in spec:
+            one.contains("0", prereleases=True)
+    except ValueError as exc:
+        raise InvalidSpecifier(str(exc)) from None
+    return spec
 
 
 @functools.lru_cache(maxsize=4096)
 def _ver(text: str) -> Version:
-    return Version(text)
+    try:
+        return Version(text)
+    except ValueError as exc:  # also a part past the 4300-digit int limit (tests/reliability)
+        raise InvalidVersion(str(exc)) from None
 
 
 def fingerprint_of(row: object) -> str:

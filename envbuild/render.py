@@ -130,7 +130,7 @@ def check_version(value: object, what: str = "version") -> str:
     text = _check(_VERSION, value, what, "not a PEP 440 version")
     try:
         Version(text)
-    except InvalidVersion:
+    except (InvalidVersion, ValueError):  # ValueError: a part past the 4300-digit int limit
         raise _refuse(what, value, "not a PEP 440 version") from None
     return text
 

@@ -296,7 +296,7 @@ def _parse_requirement(text: str) -> tuple[str, tuple[str, ...], str]:
     spec = m.group("spec")
     try:
         spec = str(SpecifierSet(spec))
-    except InvalidSpecifier:
+    except (InvalidSpecifier, ValueError):
         raise bad from None
     return name, extras, spec
 

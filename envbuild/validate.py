@@ -88,7 +88,7 @@ def _version(text: str | None) -> Version | None:
         return None
     try:
         return Version(text.strip())
-    except InvalidVersion:
+    except (InvalidVersion, ValueError):  # ValueError: a part past the 4300-digit int limit
         return None
 
 

@@ -49,6 +49,6 @@ LABEL org.opencontainers.image.title="jax-train" \
       org.opencontainers.image.description="jax 0.12.0.1 (cuda12), CUDA 12.9, Python 3.12, ubuntu24.04" \
       org.opencontainers.image.version="0.12.0.1" \
       org.opencontainers.image.base.name="nvidia/cuda:12.9.1-base-ubuntu24.04" \
-      envbuild.lock.sha256="a3cc40a282add4b5baeacf247192d3494f36b9aa9fc88d9a45990c9e44a3ec64"
+      envbuild.lock.sha256="95bd50dacf1c11ce241c448a0eca6052bbc49f164147e8eff2d81cd99f4db89b"
 
 CMD ["python"]

@@ -49,6 +49,6 @@ LABEL org.opencontainers.image.title="torch-slim" \
       org.opencontainers.image.description="torch 2.15.0 (cu132), CUDA 13.2, Python 3.11, debian12" \
       org.opencontainers.image.version="2.15.0" \
       org.opencontainers.image.base.name="debian:bookworm-slim" \
-      envbuild.lock.sha256="60985ee42b122c5996282f2c082ad40de5bff8bf27ff6bcb981037c74db97a37"
+      envbuild.lock.sha256="7e9b1fdc915cab75ec047add8ac696f8a3d2f6a1eff518fbaa7a302f90a96c9a"
 
 CMD ["python"]

@@ -1,0 +1,117 @@
+"""benchmarks/run.py's pure parts: the report writer, the H200 result reader and the layer
+analysis, fed canned data (no timing is measured or asserted here: benchmarks report, tests
+check behaviour)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from benchmarks import run
+from envbuild.matrix import load_matrix
+
+
+def _canned() -> dict[str, Any]:
+    return {
+        "machine": {"cpus": 2, "uv": "uv 0.13.9"},
+        "settings": {"BENCH_REPEAT": 5},
+        "cli_start": {
+            "title": "1. CLI start",
+            "rows": [
+                run.row("`envbuild --help`", [0.2, 0.3, 0.25], [0.05, 0.04, 0.06], peer_name="py")
+            ],
+            "notes": ["Wall time."],
+        },
+        "resolve": {
+            "title": "2. Resolve",
+            "rows": [run.row("sweep", 1234.5, unit="requests/s", note="34 s in all")],
+        },
+        "lock": {"title": "3. Lock", "skipped": "no network"},
+        "build": {"title": "4. Build", "rows": [], "error": "envbuild image exited 5"},
+        "smoke_h200": {"title": "5. Smoke", "pending": "PENDING: no GPU results yet"},
+    }
+
+
+def test_row_takes_medians_and_the_ratio_of_medians() -> None:
+    r = run.row("x", [3.0, 1.0, 2.0], [4.0, 8.0, 6.0], peer_name="peer")
+    assert r["envbuild"] == 2.0 and r["peer"] == 6.0
+    assert r["ratio"] == 2.0 / 6.0
+    assert r["n"] == 3
+    assert r["samples"]["envbuild"] == [3.0, 1.0, 2.0]
+    assert run.row("y", 5.0)["ratio"] is None
+
+
+def test_report_has_one_table_row_per_measurement() -> None:
+    text = run.write_report(_canned())
+    lines = text.splitlines()
+    assert lines[0] == "# envbuild benchmarks"
+    assert "- cpus: 2" in lines and "- settings: BENCH_REPEAT=5" in lines
+    help_row = next(ln for ln in lines if ln.startswith("| `envbuild --help`"))
+    cells = [c.strip() for c in help_row.strip("|").split("|")]
+    assert cells == ["`envbuild --help`", "0.25 s", "50 ms", "py", "5.00x", "3", ""]
+    sweep = next(ln for ln in lines if ln.startswith("| sweep"))
+    assert "1,234 requests/s" in sweep or "1,235 requests/s" in sweep
+    assert "Skipped: no network" in lines
+    assert "**FAILED:**" in lines and "envbuild image exited 5" in text
+    assert "**PENDING: no GPU results yet**" in lines
+    assert "- Wall time." in lines
+    # Deterministic: the same data gives the same text.
+    assert run.write_report(_canned()) == text
+
+
+def test_smoke_results_fractions_come_from_the_matrix_baseline(tmp_path: Path) -> None:
+    assert "pending" in run.smoke_results(tmp_path)
+    report = {
+        "ok": True,
+        "tier": 2,
+        "framework": "torch",
+        "device": "cuda",
+        "checks": [{"name": "gpu-visible", "status": "pass"}],
+        "host": {"gpus": [{"name": "NVIDIA H200", "cc": "9.0"}]},
+        "timings": {"import_s": 3.5, "tier1_s": 0.3, "tier2_s": 6.0, "total_s": 9.8},
+        "metrics": {"perf": [{"index": 0, "bf16_tflops": 700.0, "mem_bw_tbs": 4.0}]},
+    }
+    (tmp_path / "h200-smoke-x.json").write_text(json.dumps(report))
+    section = run.smoke_results(tmp_path)
+    (only,) = section["runs"]
+    assert only["total_s"] == 9.8 and only["ok"] is True and only["checks"] == 1
+    base = next(b for b in load_matrix().baselines if b.gpu == only["baseline"]["gpu"])
+    assert "H200" in base.gpu
+    fig = only["figures"][0]
+    assert fig["bf16_tflops_of_baseline"] == 700.0 / base.bf16_tflops
+    assert fig["mem_bw_tbs_of_datasheet"] == 4.0 / base.datasheet_mem_bw_tbs
+    text = run.write_report({"smoke_h200": section})
+    assert "| h200-smoke-x.json | torch | 1 | 2 | PASS on cuda | 1 |" in text
+
+
+def test_layer_analysis_finds_deleted_duplicated_and_cuda_content() -> None:
+    mib = 1 << 20
+    layers = [
+        {"/usr/lib/libc.so.6": (2 * mib, "aa")},
+        {
+            "/tmp/wheels/torch-1-cp311.whl": (5 * mib, "bb"),
+            "/opt/venv/lib/libcudnn.so.9": (3 * mib, "cc"),
+        },
+        {"/opt/venv/lib/libcudnn.so.9": (3 * mib, "cc"), "/opt/copy.so.6": (2 * mib, "aa")},
+    ]
+    whiteouts: list[list[str]] = [[], [], ["/tmp/wheels"]]
+    out = run._analyse_layers(layers, whiteouts, [2 * mib, 8 * mib, 5 * mib], ["a", "b", "c"], mib)
+    # The wheel (deleted later) and the first libcudnn (overwritten later) are dead weight.
+    assert out["shadowed_bytes"] == 8 * mib
+    assert out["cuda_libs_in_several_layers"] == ["libcudnn.so.9"]
+    assert out["wheels_in_layers"] == ["layer 1: /tmp/wheels/torch-1-cp311.whl (5 MB)"]
+    assert out["duplicate_bytes"] == 5 * mib  # libcudnn twice + libc copied under another name
+    assert [layer["step"] for layer in out["layers"]] == ["a", "b", "c"]
+
+
+def test_unreachable_index_retries_are_counted_per_index() -> None:
+    line = (
+        "WARNING: Retrying (Retry(total=4, connect=None, read=None, redirect=None, status=None)) "
+        "after connection broken by 'NewConnectionError('<pip._vendor.urllib3.connection."
+        "HTTPSConnection object at 0x7f>: Failed to establish a new connection: [Errno -2] Name "
+        "or service not known')': /whl/cpu/{}/"
+    )
+    log = "\n".join([line.format("torch"), line.format("sympy"), "Collecting torch", ""])
+    assert run._unreachable_retries(log) == {"/whl/cpu/": 2}
+    assert run._unreachable_retries("Successfully installed torch\n") == {}

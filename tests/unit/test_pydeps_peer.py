@@ -1,0 +1,59 @@
+"""`pydeps.peer_compile_command`: the plain `uv pip compile` benchmarks/run.py measures envbuild's
+lock against must ask uv exactly what `envbuild lock` asked it (same requirements, Python,
+platform, index order, find-links), or the comparison is between different jobs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from envbuild import lockfile, pydeps
+from envbuild.pydeps import RunResult
+from envbuild.request import load_request
+from tests.unit.test_lockfile import DEMO_REQUEST, FakeUv, install_fakes, make_image
+
+
+class RecordingUv(FakeUv):
+    def __init__(self) -> None:
+        super().__init__()
+        self.requirements: list[str] = []
+
+    def __call__(self, argv: Any, cwd: Path, env: Any) -> RunResult:
+        self.requirements.append((cwd / "requirements.in").read_text())
+        return super().__call__(argv, cwd, env)
+
+
+def test_peer_command_asks_uv_what_envbuild_lock_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    uv = install_fakes(monkeypatch, uv=RecordingUv())
+    assert isinstance(uv, RecordingUv)
+    text = DEMO_REQUEST + (
+        '\n[indexes]\nextra_index_urls = ["https://mirror.example/simple"]\n'
+        'find_links = ["wheels"]\n'
+    )
+    image = make_image(tmp_path, text)
+    (image / "wheels").mkdir()
+    outcome = lockfile.lock_image(image)
+
+    argv, requirements = pydeps.peer_compile_command(
+        outcome.lock, load_request(image), image_dir=image, uv=("uv",)
+    )
+    ours = uv.calls[0]
+    assert requirements == uv.requirements[0]
+    # Identical but for the output: envbuild reads PEP 751, a user writes requirements.txt.
+    assert ours[ours.index("--format") : ours.index("--format") + 4] == [
+        "--format",
+        "pylock.toml",
+        "--output-file",
+        "pylock.toml",
+    ]
+    i = argv.index("--output-file")
+    assert argv[i : i + 2] == ["--output-file", "requirements.txt"]
+    assert "--format" not in argv
+    strip = ours.index("--format")
+    assert argv[:i] + argv[i + 2 :] == ours[:strip] + ours[strip + 4 :]
+    assert argv[argv.index("--find-links") + 1] == str((image / "wheels").resolve())
+    assert "--generate-hashes" in argv
