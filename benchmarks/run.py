@@ -592,6 +592,18 @@ def _analyse_layers(
     }
 
 
+def _phase_note(runs: Sequence[Mapping[str, Any]]) -> str:
+    """envbuild's own split (`envbuild image --json`): engine build and smoke container."""
+    build = [r["build_s"] for r in runs if isinstance(r.get("build_s"), (int, float))]
+    smoke = [r["smoke_s"] for r in runs if isinstance(r.get("smoke_s"), (int, float))]
+    if not build or not smoke:
+        return ""
+    return (
+        f"envbuild: build {statistics.median(build):.1f} s + smoke "
+        f"{statistics.median(smoke):.1f} s (medians)"
+    )
+
+
 def _unreachable_retries(log: str) -> dict[str, int]:
     """pip's "Retrying ... NewConnectionError ...: /whl/cpu/torch/" warnings, per index path."""
     counts: dict[str, int] = {}
@@ -681,7 +693,19 @@ def _build_both(
         str(wheels),
         "--ca-cert",
         str(ca_cert),
+        "--json",
     ]
+    phases: dict[str, list[dict[str, Any]]] = {"cold": [], "warm": [], "late": []}
+
+    def envbuild_image(kind: str) -> subprocess.CompletedProcess[str]:
+        res = _checked(cmd)
+        try:
+            doc = json.loads(res.stdout)
+        except ValueError:
+            doc = {}
+        phases[kind].append({k: doc.get(k) for k in ("build_s", "smoke_s", "smoke_summary")})
+        return res
+
     ctx = tmp / "peer"
     ctx.mkdir()
     shutil.copy(PEER_DOCKERFILE, ctx / "Dockerfile")
@@ -703,7 +727,7 @@ def _build_both(
 
     _log("build: envbuild cold")
     t0 = time.perf_counter()
-    cold_log = _checked(cmd).stderr
+    cold_log = envbuild_image("cold").stderr
     cold_e = time.perf_counter() - t0
     _log("build: peer cold")
     t0 = time.perf_counter()
@@ -719,20 +743,34 @@ def _build_both(
             )
     _log("build: warm rebuilds")
     warm = interleaved(
-        {"e": lambda: _checked(cmd), "p": lambda: _checked(peer_cmd, env=peer_env)},
+        {"e": lambda: envbuild_image("warm"), "p": lambda: _checked(peer_cmd, env=peer_env)},
         repeat,
         warmup=0,
     )
     rows.append(
-        row("cold build (envbuild: build + smoke + tag)", cold_e, cold_p, peer_name=peer_name)
+        row(
+            "cold build (envbuild: build + smoke + tag)",
+            cold_e,
+            cold_p,
+            peer_name=peer_name,
+            note=_phase_note(phases["cold"]),
+        )
     )
-    rows.append(row("warm rebuild, nothing changed", warm["e"], warm["p"], peer_name=peer_name))
+    rows.append(
+        row(
+            "warm rebuild, nothing changed",
+            warm["e"],
+            warm["p"],
+            peer_name=peer_name,
+            note=_phase_note(phases["warm"]),
+        )
+    )
 
     _log("build: late-layer change")
     before = _history_ids(ours_tag)
     change = _edit_smoke_setting(image_dir)
     _checked([ENVBUILD, "lock", "--offline", str(image_dir)])
-    late = _timed(lambda: _checked(cmd))
+    late = _timed(lambda: envbuild_image("late"))
     after = _history_ids(ours_tag)
     kept = sum(
         1 for a, b in zip(before, after, strict=False) if a[0] == b[0] and a[0] != "<missing>"
@@ -745,7 +783,8 @@ def _build_both(
         row(
             f"rebuild after a late-layer change ({change}, re-locked --offline)",
             late,
-            note=f"{len(after) - kept} of {len(after)} steps rebuilt, from `{first}`",
+            note=f"{len(after) - kept} of {len(after)} steps rebuilt, from `{first}`; "
+            + _phase_note(phases["late"]),
         )
     )
     notes.append(

@@ -77,3 +77,129 @@ def reseal(lock_text: str) -> str:
     assert m is not None
     rest = lock_text[: m.start()] + lock_text[m.end() :]
     return rest[: m.start()] + f'content_hash = "{_content_hash(rest)}"\n' + rest[m.start() :]
+
+
+# --- a tiny real image for the engine tests ----------------------------------------------------
+
+E2E_BASE = "envbuild-e2e/base:bookworm"  # made by tests/e2e.sh (debootstrap, no registry)
+PROBE = "envbuild-probe"
+PROBE_VERSION = "1.0"
+
+
+def probe_wheel(folder: Path) -> tuple[Path, str]:
+    """A small pure-Python wheel written by hand (no build backend, no network); its sha256."""
+    import base64
+    import hashlib
+    import zipfile
+
+    folder.mkdir(parents=True, exist_ok=True)
+    mod = PROBE.replace("-", "_")
+    info = f"{mod}-{PROBE_VERSION}.dist-info"
+    files = {
+        f"{mod}/__init__.py": b'"""envbuild reliability probe."""\n',
+        f"{info}/METADATA": (
+            f"Metadata-Version: 2.1\nName: {PROBE}\nVersion: {PROBE_VERSION}\n"
+        ).encode(),
+        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = []
+    for name, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{name},sha256={digest},{len(data)}")
+    record.append(f"{info}/RECORD,,")
+    files[f"{info}/RECORD"] = ("\n".join(record) + "\n").encode()
+    path = folder / f"{mod}-{PROBE_VERSION}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, data in files.items():
+            zf.writestr(zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0)), data)
+    return path, hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# The user template of the probe image: the built-in template, minus the apt step (the local
+# base already has python3 and python3-venv, and no network is needed), with pip kept off every
+# index so that only the wheelhouse (--find-links) can answer.
+PROBE_TEMPLATE = """{% extends envbuild_template %}
+{% block system %}
+ENV PIP_NO_INDEX=1
+EXTRA_SYSTEM
+{% endblock %}
+{% block payload %}
+PAYLOAD
+{% endblock %}
+"""
+
+
+def probe_image(
+    root: Path,
+    *,
+    sha256: str,
+    system: str = "",
+    payload: str = "{{ super() }}",
+    example: str = "torch-cpu",
+) -> Path:
+    """A copy of images/EXAMPLE whose lock pins only the probe wheel (with `sha256`) and whose
+    Dockerfile.j2 is PROBE_TEMPLATE. The lock stays fresh: its input hash covers the request and
+    the matrix rows, not the pins; dumps() writes a matching content hash."""
+    import dataclasses
+
+    from envbuild import lockfile
+    from envbuild.models import LockedPackage
+
+    image = copy_example(root, example)
+    lock = lockfile.loads((image / "envbuild.lock").read_text())
+    pin = LockedPackage(PROBE, PROBE_VERSION, (f"sha256:{sha256}",), "https://pypi.org/simple")
+    lock = dataclasses.replace(lock, packages=(pin,))
+    text = lockfile.dumps(lock, command=lockfile.regenerate_command(image))
+    (image / "envbuild.lock").write_text(text)
+    (image / "Dockerfile.j2").write_text(
+        PROBE_TEMPLATE.replace("EXTRA_SYSTEM", system).replace("PAYLOAD", payload)
+    )
+    return image
+
+
+def docker_ok() -> bool:
+    import subprocess
+
+    try:
+        done = subprocess.run(["docker", "info"], capture_output=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    if done.returncode != 0:
+        return False
+    return (
+        subprocess.run(["docker", "image", "inspect", E2E_BASE], capture_output=True).returncode
+        == 0
+    )
+
+
+def containers() -> set[str]:
+    """Every container on the engine (`docker ps -a -q`), to compare before and after."""
+    import subprocess
+
+    out = subprocess.run(
+        ["docker", "ps", "-a", "-q", "--no-trunc"], capture_output=True, text=True, check=True
+    )
+    return set(out.stdout.split())
+
+
+def ours(ids: set[str], marker: str) -> list[str]:
+    """Those of IDS whose labels or command mention MARKER (other users share this engine)."""
+    import json
+    import subprocess
+
+    if not ids:
+        return []
+    out = subprocess.run(
+        ["docker", "inspect", *sorted(ids)], capture_output=True, text=True, check=False
+    )
+    found = []
+    for c in json.loads(out.stdout or "[]"):
+        if marker in json.dumps(c.get("Config", {})):
+            found.append(c["Id"])
+    return found
+
+
+def image_exists(ref: str) -> bool:
+    import subprocess
+
+    return subprocess.run(["docker", "image", "inspect", ref], capture_output=True).returncode == 0
