@@ -455,12 +455,16 @@ def _image_size(ref: str) -> int | None:
 
 
 def _history_ids(ref: str) -> list[tuple[str, str]]:
-    """(image id, created-by) of each build step, oldest first."""
-    res = _run(["docker", "history", "--no-trunc", "--format", "{{.ID}}\t{{.CreatedBy}}", ref])
+    """(image id, created-by) of each build step, oldest first (created-by JSON-quoted by
+    docker, since a RUN may span lines)."""
+    res = _run(["docker", "history", "--no-trunc", "--format", "{{.ID}}\t{{json .CreatedBy}}", ref])
     out = []
     for line in reversed(res.stdout.splitlines()):
         ident, _, created = line.partition("\t")
-        out.append((ident, created))
+        try:
+            out.append((ident, str(json.loads(created))))
+        except ValueError:
+            out.append((ident, created))
     return out
 
 
@@ -530,6 +534,12 @@ def _sha256(f: Any) -> str:
     return h.hexdigest()
 
 
+def _step_text(created_by: str) -> str:
+    """A history entry as the Dockerfile said it: no build-arg prefix, shell or #(nop)."""
+    pattern = r"^(\|\d+ (\S+=\S* )*)?/bin/(ba)?sh( -o pipefail)? -c (#\(nop\) )?"
+    return re.sub(pattern, "", created_by).strip()
+
+
 def _analyse_layers(
     layers: list[dict[str, tuple[int, str]]],
     whiteouts: list[list[str]],
@@ -541,15 +551,15 @@ def _analyse_layers(
         return path == gone or path.startswith(gone.rstrip("/") + "/")
 
     shadowed: dict[int, int] = {}
-    examples: dict[int, str] = {}
+    examples: dict[int, tuple[int, str]] = {}
     for i, files in enumerate(layers):
         later_paths = [set(layers[j]) for j in range(i + 1, len(layers))]
         later_wh = [w for j in range(i + 1, len(layers)) for w in whiteouts[j]]
         for path, (size, _) in files.items():
             if any(path in p for p in later_paths) or any(covered(path, w) for w in later_wh):
                 shadowed[i] = shadowed.get(i, 0) + size
-                if size >= min_bytes and i not in examples:
-                    examples[i] = path
+                if size > examples.get(i, (-1, ""))[0]:
+                    examples[i] = (size, path)
     by_digest: dict[str, list[tuple[int, str, int]]] = {}
     for i, files in enumerate(layers):
         for path, (size, digest) in files.items():
@@ -573,16 +583,25 @@ def _analyse_layers(
         if p.endswith(".whl")
     ]
 
+    def largest(i: int) -> str:
+        if not layers[i]:
+            return ""
+        path, (size, _) = max(layers[i].items(), key=lambda kv: kv[1][0])
+        return f"{path} ({size / 1e6:.1f} MB)"
+
     def step(i: int) -> str:
         text = steps[i] if i < len(steps) else "?"
-        text = re.sub(r"^/bin/(ba)?sh -c (#\(nop\) )?", "", text).strip()
+        text = _step_text(text)
         return text[:90] + ("..." if len(text) > 90 else "")
 
     return {
-        "layers": [{"index": i, "bytes": sizes[i], "step": step(i)} for i in range(len(layers))],
+        "layers": [
+            {"index": i, "bytes": sizes[i], "step": step(i), "largest": largest(i)}
+            for i in range(len(layers))
+        ],
         "shadowed_bytes": sum(shadowed.values()),
         "shadowed": [
-            {"layer": i, "bytes": b, "step": step(i), "example": examples.get(i, "")}
+            {"layer": i, "bytes": b, "step": step(i), "example": examples.get(i, (0, ""))[1]}
             for i, b in sorted(shadowed.items())
         ],
         "duplicate_bytes": sum(d["size"] * (len(d["copies"]) - 1) for d in duplicates),
@@ -776,9 +795,7 @@ def _build_both(
         1 for a, b in zip(before, after, strict=False) if a[0] == b[0] and a[0] != "<missing>"
     )
     rebuilt = [c for c, (a, b) in enumerate(zip(after, before, strict=False)) if a[0] != b[0]]
-    first = (
-        re.sub(r"^/bin/(ba)?sh -c (#\(nop\) )?", "", after[rebuilt[0]][1])[:70] if rebuilt else ""
-    )
+    first = _step_text(after[rebuilt[0]][1])[:70] if rebuilt else ""
     rows.append(
         row(
             f"rebuild after a late-layer change ({change}, re-locked --offline)",
@@ -1032,10 +1049,11 @@ def _smoke_lines(section: Section) -> list[str]:
 def _layer_lines(size: dict[str, Any], label: str) -> list[str]:
     lay = size.get("layers", {})
     lines = [f"**{label}** layers (bytes of regular files per layer):", ""]
-    lines += ["| # | MB | step |", "|---|---|---|"]
+    lines += ["| # | MB | step | largest file |", "|---|---|---|---|"]
     for layer in lay.get("layers", []):
         step = str(layer["step"]).replace("|", "\\|")
-        lines.append(f"| {layer['index']} | {layer['bytes'] / 1e6:.1f} | `{step}` |")
+        big = str(layer.get("largest", "")).replace("|", "\\|")
+        lines.append(f"| {layer['index']} | {layer['bytes'] / 1e6:.1f} | `{step}` | {big} |")
     lines.append("")
     for s in lay.get("shadowed", []):
         if s["bytes"] >= 1e6:

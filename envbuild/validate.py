@@ -335,6 +335,17 @@ def _arch_checks(lock: Lock, host: Host, rules: ArchRules | None = None) -> list
     return out
 
 
+def _short_require(expr: str) -> str:
+    """The expression as people read it: nvidia/cuda bases carry dozens of forward-compat
+    `brand=` clauses; name the first constraint and count the rest."""
+    parts = expr.split()
+    brands = [p for p in parts if p.startswith("brand=")]
+    if len(brands) <= 2:
+        return repr(expr)
+    rest = " ".join(p for p in parts if not p.startswith("brand="))
+    return f"'{rest}' (+{len(brands)} brand= forward-compat clauses)"
+
+
 def _require_check(lock: Lock, host: Host) -> Check:
     expr = lock.stack.base_image.require_cuda.strip()
     if not expr:
@@ -347,12 +358,12 @@ def _require_check(lock: Lock, host: Host) -> Check:
             return Check(
                 "require-cuda",
                 "fail",
-                f"NVIDIA_REQUIRE_CUDA={expr!r} is false on {which}this host: "
+                f"NVIDIA_REQUIRE_CUDA={_short_require(expr)} is false on {which}this host: "
                 + "; ".join(res.unsatisfied),
                 f"upgrade the driver so it supports CUDA {_cuda_of_expr(expr) or lock.stack.cuda}, "
                 f'or re-lock with targets.driver = "{host.driver}"',
             )
-    return Check("require-cuda", "pass", f"NVIDIA_REQUIRE_CUDA={expr!r} holds")
+    return Check("require-cuda", "pass", f"NVIDIA_REQUIRE_CUDA={_short_require(expr)} holds")
 
 
 def _cuda_of_expr(expr: str) -> str | None:

@@ -25,6 +25,7 @@ class Outcome:
     code: int
     out: str
     err: str
+    args: tuple[str, ...] = ()
 
     @property
     def text(self) -> str:
@@ -37,7 +38,7 @@ def run(*args: str, env: dict[str, str] | None = None) -> Outcome:
     # CliRunner swallows exceptions into result.exception: an uncaught one is a bug.
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         raise AssertionError(f"envbuild {' '.join(args)} raised {result.exception!r}")
-    out = Outcome(result.exit_code, result.stdout, result.stderr)
+    out = Outcome(result.exit_code, result.stdout, result.stderr, args)
     assert "Traceback" not in out.text, out.text
     assert out.code != EXIT_INTERNAL, out.text
     assert "internal error" not in out.err, out.err
@@ -47,8 +48,14 @@ def run(*args: str, env: dict[str, str] | None = None) -> Outcome:
 def assert_clear_error(out: Outcome, *codes: int, names: str | None = None) -> None:
     """One `error: ...` line and its `next: ...` step on stderr, with an allowed exit code."""
     assert out.code in codes, out.text
-    assert out.err.startswith("error: "), out.text
-    assert "\n  next: " in out.err, out.text
+    lines = out.err.splitlines()
+    errors = [i for i, line in enumerate(lines) if line.startswith("error: ")]
+    # Exactly one error; `envbuild image` may print build progress above it, nothing else.
+    assert len(errors) == 1, out.text
+    assert errors[0] == 0 or "image" in out.args, out.text
+    assert lines[errors[0] + 1 : errors[0] + 2] != [] and lines[errors[0] + 1].startswith(
+        "  next: "
+    ), out.text
     if names is not None:
         assert names in out.err, (names, out.err)
 

@@ -115,3 +115,19 @@ def test_unreachable_index_retries_are_counted_per_index() -> None:
     log = "\n".join([line.format("torch"), line.format("sympy"), "Collecting torch", ""])
     assert run._unreachable_retries(log) == {"/whl/cpu/": 2}
     assert run._unreachable_retries("Successfully installed torch\n") == {}
+
+
+def test_history_entries_read_as_the_dockerfile_wrote_them() -> None:
+    assert run._step_text("|1 DEBIAN_FRONTEND=noninteractive /bin/bash -o pipefail -c pip x") == (
+        "pip x"
+    )
+    assert (
+        run._step_text("/bin/sh -c #(nop) COPY dir:abc in /wheels/") == "COPY dir:abc in /wheels/"
+    )
+
+
+def test_layer_analysis_names_each_layers_largest_file() -> None:
+    mib = 1 << 20
+    layers = [{"/a": (mib, ""), "/b": (3 * mib, "")}, {}]
+    out = run._analyse_layers(layers, [[], []], [4 * mib, 0], ["x", "y"], 1 << 30)
+    assert [layer["largest"] for layer in out["layers"]] == ["/b (3.1 MB)", ""]
