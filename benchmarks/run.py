@@ -384,8 +384,20 @@ def bench_lock_one(name: str, work: Path, repeat: int, cold_repeat: int) -> tupl
         ]
         for who, fn in pair if k % 2 else reversed(pair):
             (cold_e if who == "e" else cold_p).append(_timed(fn))
+    # uv alone with envbuild's own output format (PEP 751): splits envbuild's extra time into
+    # what uv spends writing pylock.toml and what envbuild adds around it.
+    i = argv.index("--output-file")
+    pylock_argv = [*argv[:i], "--format", "pylock.toml", "--output-file", "pylock.toml"]
+    pylock_argv += argv[i + 2 :]
+
+    def uv_pylock() -> None:
+        (peer_dir / "pylock.toml").unlink(missing_ok=True)
+        _checked(pylock_argv, env={**base_env, "UV_CACHE_DIR": str(caches / "p0")}, cwd=peer_dir)
+
     warm = interleaved(
-        {"e": envbuild_lock(caches / "e0"), "p": peer(caches / "p0")}, repeat, warmup=0
+        {"e": envbuild_lock(caches / "e0"), "p": peer(caches / "p0"), "u": uv_pylock},
+        repeat,
+        warmup=0,
     )
     relock = interleaved(
         {"e": envbuild_lock(caches / "e0", keep=True), "p": peer(caches / "p0", keep=True)},
@@ -408,6 +420,13 @@ def bench_lock_one(name: str, work: Path, repeat: int, cold_repeat: int) -> tupl
     rows = [
         row(f"{name}: cold (empty uv cache)", cold_e, cold_p, peer_name=peer_name),
         row(f"{name}: warm (filled cache, no lock yet)", warm["e"], warm["p"], peer_name=peer_name),
+        row(
+            f"{name}: warm, against uv with envbuild's own arguments",
+            warm["e"],
+            warm["u"],
+            peer_name="the same + `--format pylock.toml`",
+            note="the rest is envbuild's own work (start, resolve, digest, write)",
+        ),
         row(
             f"{name}: re-lock, nothing changed (lock / requirements.txt present)",
             relock["e"],
@@ -608,6 +627,9 @@ def _analyse_layers(
         "duplicates": sorted(duplicates, key=lambda d: -int(d["size"]))[:10],
         "cuda_libs_in_several_layers": sorted(n for n, ls in cuda_by_name.items() if len(ls) > 1),
         "wheels_in_layers": wheels,
+        "wheel_bytes": sum(
+            s for files in layers for p, (s, _) in files.items() if p.endswith(".whl")
+        ),
     }
 
 
@@ -757,8 +779,10 @@ def _build_both(
         if retries:
             notes.append(
                 f"{who}'s cold build: pip retried {sum(retries.values())} times against an "
-                f"index it could not reach ({', '.join(sorted(retries))}), "
-                "before falling back to the others."
+                f"index it could not reach ({', '.join(sorted(retries))}) before falling "
+                "back to the others; at pip's default backoff (0.5+1+2+4 s per package for "
+                f"5 retries) that is roughly {sum(retries.values()) / 5 * 7.5:.0f} s of waiting "
+                "(an estimate, not measured)."
             )
     _log("build: warm rebuilds")
     warm = interleaved(
@@ -847,6 +871,15 @@ def _build_both(
             "bytes in layers a later layer deletes or overwrites",
             e["layers"]["shadowed_bytes"] / 1e6,
             p["layers"]["shadowed_bytes"] / 1e6,
+            peer_name=peer_name,
+            unit="MB",
+        )
+    )
+    rows.append(
+        row(
+            "wheel files shipped in the image's layers (deleted later or not)",
+            e["layers"]["wheel_bytes"] / 1e6,
+            p["layers"]["wheel_bytes"] / 1e6,
             peer_name=peer_name,
             unit="MB",
         )

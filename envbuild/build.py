@@ -21,6 +21,7 @@ from typing import Any
 
 from envbuild.engine import ContainerEngine, ProgressFn, RunResult, RunSpec, gpu_missing_message
 from envbuild.errors import (
+    BuildError,
     EngineError,
     EnvbuildError,
     GpuUnavailableError,
@@ -222,6 +223,26 @@ def _smoke_failure(
     )
 
 
+def _explain_hash_mismatch(err: BuildError, job: ImageJob) -> BuildError:
+    """A build that failed on pip's `--require-hashes` gets the lock's explanation: the index
+    may have re-uploaded the wheel (the PyTorch index has), not only tampering. Engine-neutral:
+    it reads the step output every engine puts into the error's fields."""
+    from envbuild.lockfile import pip_hash_mismatch_message
+
+    tail = err.fields.get("log_tail") or ()
+    text = "\n".join([str(err.fields.get("engine_message", "")), *map(str, tail)])
+    explained = pip_hash_mismatch_message(text)
+    if explained is None:
+        return err
+    return BuildError(
+        explained,
+        hint=f"re-lock {job.name}'s folder to take the index's current file (`envbuild lock "
+        "--upgrade-package NAME DIR`; compare the new hash with the publisher's first), or "
+        "restore the original wheel in your mirror",
+        fields=err.fields,
+    )
+
+
 def build_and_verify(
     engine: ContainerEngine,
     job: ImageJob,
@@ -233,7 +254,10 @@ def build_and_verify(
     preflight(engine, job)
     labels = {LOCK_LABEL: job.lock_text, LOCK_SHA_LABEL: job.lock_sha256, **job.extra_labels}
     started = time.monotonic()
-    built = engine.build(context=job.context, labels=labels, progress=progress)
+    try:
+        built = engine.build(context=job.context, labels=labels, progress=progress)
+    except BuildError as err:
+        raise _explain_hash_mismatch(err, job) from None
     build_s = round(time.monotonic() - started, 3)
     candidate = built.image_id
     progress(f"candidate {candidate} built in {build_s:.0f} s; running the smoke test")

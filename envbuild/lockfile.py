@@ -417,6 +417,41 @@ def hash_mismatch_message(name: str, version: str, expected: Sequence[str], got:
     )
 
 
+# pip's --require-hashes report (pip/_internal/operations/prepare.py, HashMismatch): a header,
+# then per file "    NAME==VERSION from URL ...:", "Expected sha256 HEX" (more allowed hashes
+# follow as "Expected     or HEX"), "Got        HEX".
+_PIP_MISMATCH_HEADER = "THESE PACKAGES DO NOT MATCH THE HASHES FROM THE REQUIREMENTS FILE"
+_PIP_MISMATCH_REQ = re.compile(r"^\s+([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s]+) from ")
+_PIP_MISMATCH_EXPECTED = re.compile(r"^\s+Expected\s+(?:sha256|or)\s+([0-9a-f]{64})\s*$")
+_PIP_MISMATCH_GOT = re.compile(r"^\s+Got\s+([0-9a-f]{64})\s*$")
+
+
+def pip_hash_mismatch_message(log: str) -> str | None:
+    """The lock's explanation (hash_mismatch_message) for each file pip refused in a build's
+    output, or None when the output has no pip hash mismatch (pure; for the engine's
+    build-error mapping)."""
+    if _PIP_MISMATCH_HEADER not in log:
+        return None
+    found: list[str] = []
+    name = version = ""
+    expected: list[str] = []
+    for line in log.splitlines():
+        if m := _PIP_MISMATCH_REQ.match(line):
+            name, version, expected = m.group(1), m.group(2), []
+        elif (m := _PIP_MISMATCH_EXPECTED.match(line)) and name:
+            expected.append(f"sha256:{m.group(1)}")
+        elif (m := _PIP_MISMATCH_GOT.match(line)) and name:
+            found.append(hash_mismatch_message(name, version, expected, f"sha256:{m.group(1)}"))
+            name = ""
+    if not found:
+        return (
+            "pip refused a downloaded file whose hash is not in the lock (THESE PACKAGES DO "
+            "NOT MATCH THE HASHES); the package index may have re-uploaded it under the same "
+            "version, or it was altered on the way; re-lock after checking the index"
+        )
+    return "; ".join(found)
+
+
 # --- freshness ---------------------------------------------------------------------------------
 
 

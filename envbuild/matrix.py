@@ -503,8 +503,11 @@ def collect(
 
 def _problems_error(problems: Sequence[str]) -> MatrixError:
     more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    first = problems[0]
+    if len(first) > 300:  # a huge value is named by its start, not echoed (tests/reliability)
+        first = f"{first[:240]}... ({len(first)} characters)"
     return MatrixError(
-        f"the compatibility matrix has problems: {problems[0]}{more}",
+        f"the compatibility matrix has problems: {first}{more}",
         hint="run `envbuild matrix check` for the full list and fix those rows",
         fields={"problems": list(problems)},
     )

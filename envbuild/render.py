@@ -105,8 +105,11 @@ _IMAGE_REF = re.compile(rf"(?P<name>{_REF_NAME})(?::(?P<tag>{_TAG}))?(?:@(?P<dig
 
 
 def _refuse(what: str, value: object, why: str, hint: str = _FIX_LOCK) -> UserError:
+    shown = repr(value)
+    if len(shown) > 200:  # name a huge value by its start and length (tests/reliability)
+        shown = f"{shown[:120]}... ({len(str(value))} characters)"
     return UserError(
-        f"{what} {value!r} cannot go into a Dockerfile: {why}",
+        f"{what} {shown} cannot go into a Dockerfile: {why}",
         hint=hint,
         fields={"field": what, "value": str(value)},
     )

@@ -64,19 +64,31 @@ _NAME_RE = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*$")
 _PYTHON_RE = re.compile(r"^3\.[0-9]{1,2}$")
 _OS_RE = re.compile(r"^[a-z]+[0-9][0-9.]*$")
 # Quotes, backslashes, backticks, '$' and control characters break Dockerfile/shell quoting.
-_BAD_CHARS = re.compile(r"[\x00-\x1f\x7f\"'`\\$]")
+# C0/C1 controls and Unicode line/paragraph separators too: each breaks a line somewhere.
+_BAD_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\"'`\\$]")
+_LONG_QUOTED = re.compile(r"'[^']{120,}'")
+_PLAIN_KEY = re.compile(r"^[A-Za-z0-9_.-]+$")
 _URL_SCHEMES = ("https://", "http://", "file://")
 _CUDA_FLAVOURS = ("base", "runtime", "cudnn", "devel")
 
 
 def _where(path: str, table: str, key: str | None = None) -> str:
-    return f"{path}: [{table}]" + (f" {key}" if key else "")
+    # An unknown key can be any string: quote it unless it is a plain TOML bare key.
+    shown = key if key is None or _PLAIN_KEY.match(key) else repr(key)
+    return f"{path}: [{table}]" + (f" {shown}" if key else "")
+
+
+def _shorten(problem: str) -> str:
+    """A 100 kB value is named by its start and length, not echoed whole (tests/reliability)."""
+    return _LONG_QUOTED.sub(
+        lambda m: f"{m.group()[:60]}...' ({len(m.group()) - 2} characters)", problem
+    )
 
 
 def _fail(path: str, table: str, key: str | None, problem: str, instead: str) -> RequestError:
     loc = _where(path, table, key)
     return RequestError(
-        f"{loc}: {problem}",
+        f"{loc}: {_shorten(problem)}",
         hint=instead,
         fields={"file": path, "table": table, "key": key or ""},
     )
@@ -222,7 +234,8 @@ def _requirement(path: str, table: str, key: str, text: str) -> Requirement:
             path,
             table,
             key,
-            f"{text!r} is not a valid requirement ({exc})",
+            # packaging adds a caret diagram on more lines: the first line is the reason
+            f"{text!r} is not a valid requirement ({str(exc).splitlines()[0]})",
             'write a PEP 508 requirement such as "numpy<3" or "transformers>=4.40,<5"',
         ) from None
     if req.url is not None and not req.url.startswith(_URL_SCHEMES):

@@ -56,6 +56,7 @@ def assert_clear_error(out: Outcome, *codes: int, names: str | None = None) -> N
     assert lines[errors[0] + 1 : errors[0] + 2] != [] and lines[errors[0] + 1].startswith(
         "  next: "
     ), out.text
+    assert len(lines[errors[0]]) < 1000, "a value echoed whole is not a clear message"
     if names is not None:
         assert names in out.err, (names, out.err)
 

@@ -100,6 +100,7 @@ def test_layer_analysis_finds_deleted_duplicated_and_cuda_content() -> None:
     # The wheel (deleted later) and the first libcudnn (overwritten later) are dead weight.
     assert out["shadowed_bytes"] == 8 * mib
     assert out["cuda_libs_in_several_layers"] == ["libcudnn.so.9"]
+    assert out["wheel_bytes"] == 5 * mib
     assert out["wheels_in_layers"] == ["layer 1: /tmp/wheels/torch-1-cp311.whl (5 MB)"]
     assert out["duplicate_bytes"] == 5 * mib  # libcudnn twice + libc copied under another name
     assert [layer["step"] for layer in out["layers"]] == ["a", "b", "c"]
