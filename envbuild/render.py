@@ -519,6 +519,7 @@ def build_context(
     `matrix` feeds the smoke plan; None = the shipped matrix."""
     from envbuild import smoke
 
+    _require_local_wheels(lock, options)
     if matrix is None:
         from envbuild.matrix import load_matrix
 
@@ -540,6 +541,22 @@ def build_context(
     if options.find_links is not None:
         files.update(_wheel_files(options.find_links))
     return dict(sorted(files.items()))
+
+
+def _require_local_wheels(lock: Lock, options: RenderOptions) -> None:
+    """Packages locked from a local wheel folder can only be installed from that folder: say so
+    before the build instead of letting pip fail halfway through it."""
+    local = sorted(
+        {p.source for p in lock.packages if not p.source.startswith(("http://", "https://"))}
+    )
+    if local and options.find_links is None:
+        names = ", ".join(sorted(p.name for p in lock.packages if p.source in local)[:5])
+        raise UserError(
+            f"{names} {'was' if ',' not in names else 'were'} locked from the local wheel "
+            f"folder {local[0]!r}, which the build cannot reach on its own",
+            hint=f"pass --find-links {local[0]} (hashes are still checked)",
+            fields={"local_sources": local},
+        )
 
 
 def context_tar(files: Mapping[str, bytes]) -> bytes:

@@ -390,6 +390,32 @@ def test_build_context_holds_everything_the_dockerfile_copies(tmp_path: Path) ->
                 assert any(k == src.rstrip("/") or k.startswith(src) for k in files), src
 
 
+def test_build_context_refuses_a_local_wheel_source_without_find_links(tmp_path: Path) -> None:
+    """A lock that took a package from a local wheel folder names the folder up front; with
+    --find-links the same lock assembles."""
+    from envbuild.matrix import Matrix
+
+    lock = fixtures.gpu_lock()
+    first = lock.packages[0]
+    local = dataclasses.replace(first, source="/opt/wheels")
+    lock = dataclasses.replace(lock, packages=(local, *lock.packages[1:]))
+    with pytest.raises(UserError) as err:
+        render.build_context(
+            lock, "x\n", image_dir=tmp_path, options=RenderOptions(), matrix=Matrix()
+        )
+    assert err.value.message == (
+        f"{first.name} was locked from the local wheel folder '/opt/wheels', "
+        "which the build cannot reach on its own"
+    )
+    assert err.value.hint == "pass --find-links /opt/wheels (hashes are still checked)"
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    files = render.build_context(
+        lock, "x\n", image_dir=tmp_path, options=RenderOptions(find_links=wheels), matrix=Matrix()
+    )
+    assert "Dockerfile" in files
+
+
 # --- the CLI writes contexts --------------------------------------------------------------------
 
 
