@@ -7,10 +7,12 @@ the one place that maps errors to exit codes (see `envbuild.errors`).
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import json
 import os
 import sys
+from collections.abc import Iterable
 from typing import Any
 
 import click
@@ -40,6 +42,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 EXIT_INTERNAL = 70  # EX_SOFTWARE: a bug in envbuild, not in the user's input
+# What a shell reports for a process killed by SIGPIPE (128 + 13): `envbuild render x | head`
+# ends like `cat file | head` would, not as "a bug in envbuild" (exit 70).
+EXIT_BROKEN_PIPE = 141
 
 
 def report_error(err: EnvbuildError, *, as_json: bool) -> None:
@@ -50,6 +55,36 @@ def report_error(err: EnvbuildError, *, as_json: bool) -> None:
     click.echo(f"error: {err.message}", err=True)
     if err.hint:
         click.echo(f"  next: {err.hint}", err=True)
+
+
+def report_usage_error(err: click.UsageError) -> None:
+    """A Click usage error (unknown option, missing argument, bad value) under --json: the same
+    error object every command prints, so a CI job parsing stdout gets JSON, not nothing."""
+    where = err.ctx.command_path if err.ctx is not None else "envbuild"
+    doc = {
+        "ok": False,
+        "error": "UsageError",
+        "message": err.format_message(),
+        "hint": f"see `{where} --help`",
+    }
+    click.echo(json.dumps(doc, sort_keys=True))
+
+
+def no_such_command(ctx: click.Context, name: str, known: Iterable[str]) -> click.UsageError:
+    """The "No such command" error with the closest names (Click's own suggestions read
+    `self.commands`, which lazy groups leave empty)."""
+    close = difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.6)
+    message = f"No such command {name!r}."
+    if close:
+        message += " Did you mean " + " or ".join(repr(c) for c in close) + "?"
+    return click.UsageError(message, ctx=ctx)
+
+
+def _silence_stdout() -> None:
+    # Python's documented recipe for SIGPIPE: point stdout at devnull so the interpreter's
+    # final flush does not raise again (docs.python.org/3/library/signal.html#note-on-sigpipe).
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 class LazyGroup(click.Group):
@@ -69,6 +104,14 @@ class LazyGroup(click.Group):
         command: click.Command = module.command
         return command
 
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and name not in COMMANDS:
+            raise no_such_command(ctx, name, COMMANDS)
+        return super().resolve_command(ctx, args)
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, COMMANDS[name][1]) for name in self.list_commands(ctx)]
         with formatter.section("Commands"):
@@ -85,6 +128,14 @@ class LazyGroup(click.Group):
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             ctx.exit(130)
+        except BrokenPipeError:
+            _silence_stdout()
+            ctx.exit(EXIT_BROKEN_PIPE)
+        except click.UsageError as err:
+            if not wants_json:
+                raise
+            report_usage_error(err)
+            ctx.exit(err.exit_code)
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise
         except Exception as exc:  # a bug: say so plainly, no traceback unless asked
@@ -115,4 +166,13 @@ def cli() -> None:
 
 
 def main() -> None:
-    cli(prog_name="envbuild")
+    try:
+        try:
+            cli(prog_name="envbuild")
+        finally:
+            # The reader may go away after the last line (`| head -1`): flush here, where a
+            # broken pipe can still be handled, not in the interpreter's shutdown.
+            sys.stdout.flush()
+    except BrokenPipeError:
+        _silence_stdout()
+        sys.exit(EXIT_BROKEN_PIPE)

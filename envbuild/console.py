@@ -10,7 +10,7 @@ import click
 
 def emit_json(obj: Any) -> None:
     """One JSON object on stdout, keys sorted, for machines."""
-    click.echo(json.dumps(obj, sort_keys=True, indent=None, separators=(",", ": ")))
+    click.echo(json.dumps(obj, sort_keys=True))
 
 
 def line(text: str = "") -> None:

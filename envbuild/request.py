@@ -450,12 +450,15 @@ def request_from_mapping(doc: Mapping[str, Any], *, path: str, default_name: str
         try:
             parse_version(driver, what="driver")
         except UserError:
+            # "r550": a driver branch as NVIDIA writes it; its oldest driver is 550.
+            branch = driver.strip().lower().removeprefix("r")
             raise _fail(
                 path,
                 "targets",
                 "driver",
                 f"{driver!r} is not a driver version",
-                'write the oldest driver on your hosts as nvidia-smi prints it: "570.124.06"',
+                (f'write the branch without the r ("{branch}") or ' if branch.isdigit() else "")
+                + 'write the oldest driver on your hosts as nvidia-smi prints it: "570.124.06"',
             ) from None
     compat = _choice(path, "targets", "compat", tg.get("compat", "minor"), COMPAT)
 

@@ -68,6 +68,7 @@ dropping ``--strict-compat``, dropping one GPU from the image, dropping --python
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -217,13 +218,37 @@ def parse_gpu(matrix: Matrix, text: str) -> Arch:
             )
         if len(best) == 1:
             return by_cc[next(iter(best))]
-    names = sorted({g for a in matrix.archs for g in a.gpus})
+    close = _gpu_suggestions(matrix, raw)
     raise UserError(
         f"unknown GPU {text!r}",
-        hint="give its compute capability (for example 8.9) or sm_XX (sm_89); known names: "
-        + ", ".join(names[:40])
-        + (" ..." if len(names) > 40 else ""),
+        hint=(
+            "did you mean " + " or ".join(repr(c) for c in close) + "? Otherwise g"
+            if close
+            else "G"
+        )
+        + "ive a name from matrix/gpus.toml, its compute capability (for example 8.9) or "
+        "sm_XX (sm_89)",
+        fields={"suggestions": close} if close else {},
     )
+
+
+def _gpu_suggestions(matrix: Matrix, raw: str) -> list[str]:
+    """Names to offer for an unknown GPU (never picked for the user: "4090" or "A6000" may be
+    what they meant, or not). A missing underscore ("sm90") gets its sm_XX."""
+    key = "".join(_tokens(raw))
+    if not key:
+        return []
+    m = re.fullmatch(r"(?:sm|compute)(\d+)[af]?", key)
+    by_key: dict[str, str] = {}
+    for a in matrix.archs:
+        if m and a.sm == f"sm_{m.group(1)}":
+            return [a.sm]
+        for g in a.gpus:
+            by_key.setdefault("".join(_tokens(g)), g)
+    inside = sorted(name for k, name in by_key.items() if key in k)
+    if inside:
+        return inside[:5]
+    return [by_key[k] for k in difflib.get_close_matches(key, sorted(by_key), n=3, cutoff=0.6)]
 
 
 @dataclass(frozen=True)
@@ -313,7 +338,10 @@ def _prepare(request: Request, matrix: Matrix, hosts: Sequence[Host]) -> _Ctx:
     if name not in known:
         raise UserError(
             f"unknown framework {text.split('[')[0].strip()!r}",
-            hint="the matrix knows: " + ", ".join(known),
+            hint="the matrix knows: "
+            + ", ".join(known)
+            # PyTorch's package is `torch`; `pytorch` on PyPI is a placeholder that fails.
+            + (" (PyTorch is `torch`: --framework torch)" if "pytorch" in name else ""),
         )
     variants: tuple[str, ...] = ()
     if extras:

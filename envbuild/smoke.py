@@ -307,7 +307,9 @@ def evaluate(report: Mapping[str, Any], plan: Mapping[str, Any]) -> SmokeVerdict
     if not isinstance(seen_gpus, list):
         seen_gpus = (report.get("host") or {}).get("gpus", []) or []
     gpus = ", ".join(str(g.get("name", "?")) for g in seen_gpus if isinstance(g, Mapping))
-    where = f"{report.get('framework') or '?'} on {device}" + (f" ({gpus})" if gpus else "")
+    where = f"{report.get('framework') or 'no framework'} on {device}" + (
+        f" ({gpus})" if gpus else ""
+    )
     seconds = (report.get("timings") or {}).get("total_s")
     took = f" in {float(seconds):.1f} s" if isinstance(seconds, (int, float)) else ""
     if ok:

@@ -346,6 +346,22 @@ def _short_require(expr: str) -> str:
     return f"'{rest}' (+{len(brands)} brand= forward-compat clauses)"
 
 
+def _short_unsatisfied(failures: Sequence[str], host: Host, gpu: HostGpu | None) -> str:
+    """Why the expression is false, readable: the `cuda>=` term in full, the dozens of `brand=`
+    forward-compat clauses of nvidia/cuda bases as one count (each failing line was as long as
+    a screen and said the same thing)."""
+    brands = [f for f in failures if f.startswith("brand=")]
+    shown = [f for f in failures if not f.startswith("brand=")]
+    if len(brands) <= 2:
+        return "; ".join(failures)
+    brand = (gpu.brand if gpu else None) or "unknown"
+    shown.append(
+        f"none of the {len(brands)} brand= forward-compat clauses matches "
+        f"(brand={brand}, driver={host.driver or 'unknown'})"
+    )
+    return "; ".join(shown)
+
+
 def _require_check(lock: Lock, host: Host) -> Check:
     expr = lock.stack.base_image.require_cuda.strip()
     if not expr:
@@ -359,7 +375,7 @@ def _require_check(lock: Lock, host: Host) -> Check:
                 "require-cuda",
                 "fail",
                 f"NVIDIA_REQUIRE_CUDA={_short_require(expr)} is false on {which}this host: "
-                + "; ".join(res.unsatisfied),
+                + _short_unsatisfied(res.unsatisfied, host, gpu),
                 f"upgrade the driver so it supports CUDA {_cuda_of_expr(expr) or lock.stack.cuda}, "
                 f'or re-lock with targets.driver = "{host.driver}"',
             )

@@ -20,9 +20,19 @@ def parse_version(text: str, *, what: str = "version") -> Version:
     # int_max_str_digits) raises a plain ValueError, not InvalidVersion (tests/reliability).
     except (InvalidVersion, ValueError, TypeError, AttributeError):
         raise UserError(
-            f"{what} {text!r} is not a version",
-            hint=f"write the {what} as dotted numbers, for example 12.8 or 570.124.06",
+            f"{what} {text!r} is not a version", hint=_version_hint(text, what)
         ) from None
+
+
+def _version_hint(text: str, what: str) -> str:
+    if "driver" not in what:
+        return f"write the {what} as dotted numbers, for example 12.8 or 12.8.1"
+    query = "`nvidia-smi --query-gpu=driver_version --format=csv,noheader`"
+    branch = str(text).strip().lower().removeprefix("r")
+    if branch.isdigit():
+        # NVIDIA names driver branches "R535"; the oldest driver of that branch is 535.
+        return f"write the branch without the r: {branch} (or the full version that {query} prints)"
+    return f"write the {what} as dotted numbers, for example 570.124.06 or 535 ({query} prints it)"
 
 
 def parse_specifier(text: str, *, what: str = "version range") -> SpecifierSet:

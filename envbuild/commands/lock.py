@@ -80,7 +80,7 @@ def command(
                 "base_digest": outcome.lock.base_digest,
                 "packages": len(outcome.lock.packages),
                 "warnings": list(outcome.warnings),
-                "tool": outcome.tool,
+                "tool": outcome.tool or None,
             }
         )
         return

@@ -41,6 +41,16 @@ class _LazyMatrixGroup(click.Group):
         sub: click.Command = importlib.import_module(entry[0]).command
         return sub
 
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        from envbuild.cli import no_such_command
+
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and name not in SUBCOMMANDS:
+            raise no_such_command(ctx, name, SUBCOMMANDS)
+        return super().resolve_command(ctx, args)
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         with formatter.section("Commands"):
             formatter.write_dl([(name, SUBCOMMANDS[name][1]) for name in self.list_commands(ctx)])

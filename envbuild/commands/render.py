@@ -42,6 +42,12 @@ from envbuild import console
     type=click.Path(path_type=Path, file_okay=False),
     help="A wheelhouse folder, copied into the build context (hashes still checked).",
 )
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='One JSON object on stdout ("ok", "dockerfile", "output", "context", ...).',
+)
 def command(
     image_dir: Path,
     output: Path | None,
@@ -51,6 +57,7 @@ def command(
     ca_cert: Path | None,
     index_url: str | None,
     find_links: Path | None,
+    as_json: bool,
 ) -> None:
     from envbuild import api
 
@@ -64,6 +71,17 @@ def command(
         index_url=index_url,
         find_links=find_links,
     )
+    if as_json:
+        console.emit_json(
+            {
+                "ok": True,
+                "dockerfile": result.dockerfile,
+                "output": None if result.output is None else str(result.output),
+                "context": None if result.context is None else str(result.context),
+                "context_files": result.context_files,
+            }
+        )
+        return
     if result.output is None:
         console.line(result.dockerfile.rstrip("\n"))
     else:

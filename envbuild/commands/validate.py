@@ -58,9 +58,10 @@ def render_fleet(doc: dict[str, Any]) -> str:
 )
 @click.option(
     "--hosts",
-    "hosts_file",
+    "hosts_files",
+    multiple=True,
     type=click.Path(dir_okay=False, exists=True, path_type=Path),
-    help="Fleet view: host facts (doctor --json objects, a JSON list or one per line).",
+    help="Fleet view: one file of host facts (doctor --json objects, a list or one a line).",
 )
 @click.option(
     "--lock",
@@ -92,7 +93,7 @@ def command(
     target: str | None,
     as_json: bool,
     junit: Path | None,
-    hosts_file: Path | None,
+    hosts_files: tuple[Path, ...],
     lock_dirs: tuple[Path, ...],
     k8s_job: Path | None,
     image: str | None,
@@ -114,6 +115,16 @@ def command(
     from envbuild import api
     from envbuild.errors import UserError
 
+    if len(hosts_files) > 1:
+        # Click keeps only the last of a repeated single-value option: a fleet view of one
+        # host that looks like the whole fleet. Refuse it and say how to join the files.
+        names = " ".join(str(f) for f in hosts_files)
+        raise UserError(
+            f"--hosts takes one file; got {len(hosts_files)}",
+            hint=f"join them into one: `jq -s . {names} > fleet.json` (or `cat` files that hold "
+            "one `envbuild doctor --json` line each), then --hosts fleet.json",
+        )
+    hosts_file = hosts_files[0] if hosts_files else None
     if hosts_file is not None:
         if target is not None:
             raise UserError(

@@ -1,5 +1,9 @@
 """The JAX smoke test: the GPU is visible to JAX, a jitted matmul runs there, a few training
-steps lower the loss (CPU with --allow-cpu), plus the common tier-1 checks and bf16 TFLOP/s.
+steps lower the loss and stay on the device (CPU with --allow-cpu), plus the common tier-1
+checks and bf16 TFLOP/s.
+
+Proven on an H200 (GPU path) and on the CPU (jax 0.10.2, tests/unit/test_payload_frameworks.py,
+benchmarks/results/cpu-smoke-jax.json).
 """
 
 from __future__ import annotations
@@ -119,7 +123,7 @@ def run(plan: dict[str, Any], out: dict[str, Any]) -> None:
         sampler.start()
     try:
         _matmul(jax, dev, out)
-        _train(jax, dev, out)
+        _train(jax, dev, max(6, int(plan.get("steps", 30))), out)
         if gpus:
             _perf(jax, dev, plan, out)
     finally:
@@ -169,7 +173,7 @@ def _matmul(jax: Any, dev: Any, out: dict[str, Any]) -> None:
         )
 
 
-def _train(jax: Any, dev: Any, out: dict[str, Any]) -> None:
+def _train(jax: Any, dev: Any, steps: int, out: dict[str, Any]) -> None:
     """A 2-layer MLP regression, plain SGD, jitted step: the loss must fall clearly."""
     import jax.numpy as jnp
 
@@ -186,6 +190,7 @@ def _train(jax: Any, dev: Any, out: dict[str, Any]) -> None:
             dev,
         )
         dtype = jnp.bfloat16 if dev.platform == "gpu" else jnp.float32
+        out["metrics"]["precision"] = "bf16" if dtype == jnp.bfloat16 else "fp32"
 
         def loss_fn(p: Any) -> Any:
             h = jax.nn.gelu(x.astype(dtype) @ p["w1"].astype(dtype)).astype(jnp.float32)
@@ -199,7 +204,7 @@ def _train(jax: Any, dev: Any, out: dict[str, Any]) -> None:
 
         losses, nonfinite, zero = [], [], []
         ts = time.perf_counter()
-        for i in range(30):
+        for i in range(steps):
             params, loss, grads = step(params)
             losses.append(float(loss))
             if i == 0:
@@ -209,9 +214,17 @@ def _train(jax: Any, dev: Any, out: dict[str, Any]) -> None:
                     elif not bool(jnp.any(gr != 0)):
                         zero.append(name)
         out["metrics"].update(
-            {"loss_first": round(losses[0], 4), "loss_last": round(losses[-1], 4), "steps": 30}
+            {"loss_first": round(losses[0], 4), "loss_last": round(losses[-1], 4), "steps": steps}
         )
         out["timings"]["train_s"] = round(time.perf_counter() - ts, 3)
+        # The parameters after the steps, the batch and the last loss must live on `dev`.
+        where = {"x": x, "y": y, "loss": loss, **{f"params.{k}": v for k, v in params.items()}}
+        off = [
+            f"{n} on {sorted(str(d) for d in a.devices())}"
+            for n, a in sorted(where.items())
+            if set(a.devices()) != {dev}
+        ]
+        out["checks"].append(ck.check_placement(device=f"{dev.platform}:{dev.id}", off_device=off))
         out["checks"].append(ck.check_grads(n_params=2, nonfinite=nonfinite, zero=zero))
         out["checks"].append(ck.check_loss_falling(losses))
     except Exception as exc:

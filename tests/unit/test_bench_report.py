@@ -132,3 +132,8 @@ def test_layer_analysis_names_each_layers_largest_file() -> None:
     layers = [{"/a": (mib, ""), "/b": (3 * mib, "")}, {}]
     out = run._analyse_layers(layers, [[], []], [4 * mib, 0], ["x", "y"], 1 << 30)
     assert [layer["largest"] for layer in out["layers"]] == ["/b (3.1 MB)", ""]
+
+
+def test_context_digests_are_shortened_for_readers() -> None:
+    step = "COPY dir:" + "ab" * 32 + " in /tmp/envbuild-wheels/"
+    assert run._short(step) == "COPY dir:abababababab in /tmp/envbuild-wheels/"
