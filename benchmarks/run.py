@@ -819,7 +819,7 @@ def _build_both(
         1 for a, b in zip(before, after, strict=False) if a[0] == b[0] and a[0] != "<missing>"
     )
     rebuilt = [c for c, (a, b) in enumerate(zip(after, before, strict=False)) if a[0] != b[0]]
-    first = _step_text(after[rebuilt[0]][1])[:70] if rebuilt else ""
+    first = _short(_step_text(after[rebuilt[0]][1]))[:90] if rebuilt else ""
     rows.append(
         row(
             f"rebuild after a late-layer change ({change}, re-locked --offline)",
@@ -1014,7 +1014,7 @@ def _fmt(v: Any, unit: str = "") -> str:
 def _short(text: str) -> str:
     """Build-context digests in history entries ("COPY dir:<64 hex> in /x") say nothing to a
     reader: keep their first 12 characters."""
-    return re.sub(r"\b(file|dir|multi):([0-9a-f]{12})[0-9a-f]{52}", r"\1:\2", text)
+    return re.sub(r"\b(file|dir|multi):([0-9a-f]{12})[0-9a-f]{13,}", r"\1:\2", text)
 
 
 def _ratio(v: Any) -> str:

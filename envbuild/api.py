@@ -136,10 +136,10 @@ def render(
     StaleLockError with the command to run). Writes it to `output` atomically when given, and
     the whole build context to `context` (a folder, or a `.tar` file) when given."""
     from envbuild import render as rendering
-    from envbuild.lockfile import load_fresh, lock_path, write_atomic
+    from envbuild.lockfile import load_fresh_text, write_atomic
     from envbuild.matrix import load_matrix
 
-    ca = _read_ca_cert(ca_cert) if ca_cert is not None else None
+    ca = rendering.read_ca_cert(ca_cert) if ca_cert is not None else None
     options = rendering.check_options(
         rendering.RenderOptions(
             base_image=base_image,
@@ -149,8 +149,7 @@ def render(
             buildkit=buildkit,
         )
     )
-    _request, lock = load_fresh(image_dir)
-    lock_text = lock_path(image_dir).read_text(encoding="utf-8")
+    _request, lock, lock_text = load_fresh_text(image_dir)
     dockerfile = rendering.render_dockerfile(
         lock, options=options, template_dir=image_dir, lock_text=lock_text
     )
@@ -178,15 +177,13 @@ def _write_context(dest: Path, files: dict[str, bytes]) -> None:
     from pathlib import Path
 
     from envbuild.errors import UserError
+    from envbuild.lockfile import write_atomic
     from envbuild.render import context_tar
 
-    dest.parent.mkdir(parents=True, exist_ok=True)
     if dest.name.endswith(".tar"):
-        fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(context_tar(files))
-        os.replace(tmp, dest)
+        write_atomic(dest, context_tar(files))
         return
+    dest.parent.mkdir(parents=True, exist_ok=True)
     if dest.exists():
         earlier = (dest / "Dockerfile").is_file() and (dest / "envbuild.lock").is_file()
         if not dest.is_dir() or (any(dest.iterdir()) and not earlier):
@@ -207,18 +204,6 @@ def _write_context(dest: Path, files: dict[str, bytes]) -> None:
     os.replace(tmp_dir, dest)
     if old is not None:
         shutil.rmtree(old)
-
-
-def _read_ca_cert(path: Path) -> bytes:
-    from envbuild.errors import UserError
-
-    try:
-        return path.read_bytes()
-    except OSError as exc:
-        raise UserError(
-            f"cannot read the CA certificate {path}: {exc.strerror}",
-            hint="pass the proxy CA's PEM file, e.g. --ca-cert /usr/local/share/ca-certificates/proxy.crt",
-        ) from None
 
 
 # --- image -----------------------------------------------------------------------------------
@@ -471,23 +456,6 @@ def doctor(*, facts_file: Path | None = None, root: Path | None = None) -> Docto
     return doc.DoctorReport(facts=facts, findings=tuple(findings))
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    import contextlib
-    import os
-    import tempfile
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 def validate(
     *,
     target: str,
@@ -549,7 +517,9 @@ def validate(
         smoke = _run_smoke(engine, target, lock)
     result = v.ValidateResult(target=label, kind=kind, host=host.name, preflight=pre, smoke=smoke)
     if junit is not None:
-        _atomic_write(junit, v.junit_xml([(f"envbuild.validate.{label}", result.checks)]))
+        from envbuild.lockfile import write_atomic
+
+        write_atomic(junit, v.junit_xml([(f"envbuild.validate.{label}", result.checks)]))
     return result
 
 
@@ -610,16 +580,19 @@ def validate_fleet(
     k8s_job: Path | None = None,
     image: str | None = None,
     gpus_per_pod: int | None = None,
+    junit: Path | None = None,
     root: Path | None = None,
 ) -> FleetResult:
     """`envbuild validate --hosts FILE`: which locks run on which recorded hosts, and why not;
     nothing is started. With `k8s_job`, also writes a Job manifest that smoke-tests `image`
-    on every host of the file that passes the pre-flight."""
+    on every host of the file that passes the pre-flight; with `junit`, JUnit XML of the view
+    (one suite per lock and host, one testcase per check)."""
     from pathlib import Path as _Path
 
     from envbuild import validate as v
     from envbuild.errors import UserError
     from envbuild.hostinfo import host_from_facts, load_facts_file
+    from envbuild.lockfile import write_atomic
 
     facts_list = load_facts_file(hosts_file)
     hosts = [(host_from_facts(f), f) for f in facts_list]
@@ -661,16 +634,11 @@ def validate_fleet(
             smoke_timeout_s=lock.smoke.timeout_s,
         )
         manifest = v.to_yaml(job)
-        _atomic_write(k8s_job, manifest)
+        write_atomic(k8s_job, manifest)
+    if junit is not None:
+        suites = [(f"envbuild.validate.{r.lock}@{r.host}", r.checks) for r in view.results]
+        write_atomic(junit, v.junit_xml(suites))
     return v.FleetResult(view=view, manifest_path=k8s_job, manifest=manifest)
-
-
-def write_fleet_junit(fleet: FleetResult, path: Path) -> None:
-    """JUnit XML of a fleet view: one suite per (lock, host), one testcase per check."""
-    from envbuild import validate as v
-
-    suites = [(f"envbuild.validate.{r.lock}@{r.host}", r.checks) for r in fleet.view.results]
-    _atomic_write(path, v.junit_xml(suites))
 
 
 # --- matrix ----------------------------------------------------------------------------------
@@ -696,10 +664,10 @@ def matrix_refresh(
     are skipped; SourceUnreachableError (exit 3) when none could be read."""
     import dataclasses
     import datetime
-    import os
 
     from envbuild import pypi, refresh
     from envbuild.errors import MatrixError, SourceUnreachableError
+    from envbuild.lockfile import write_atomic
     from envbuild.matrix import collect, read_matrix_files
     from envbuild.resources import matrix_dir as default_matrix_dir
 
@@ -785,9 +753,7 @@ def matrix_refresh(
     if not dry_run:
         for name, text in sorted(new_texts.items()):
             path = folder / name.split("/", 1)[1]
-            tmp = path.with_name(f".{path.name}.tmp")
-            tmp.write_text(text, encoding="utf-8")
-            os.replace(tmp, path)
+            write_atomic(path, text)
             written.append(str(path))
     return refresh.RefreshResult(plan, tuple(written), dry_run, tuple(ok), tuple(failed))
 

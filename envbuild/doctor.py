@@ -15,12 +15,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from envbuild.archs import ArchRules
 from envbuild.hostinfo import host_from_facts
 from envbuild.models import Lock
-from envbuild.validate import preflight
+from envbuild.validate import Verdict, preflight
+from envbuild.versions import try_version
 
 FindingStatus = Literal["ok", "problem", "info"]
 
@@ -50,25 +51,7 @@ INSTALL_TOOLKIT = (
 )
 
 
-@dataclass(frozen=True)
-class Finding:
-    check: str
-    status: FindingStatus
-    detail: str
-    next_step: str = ""
-
-    def to_json(self) -> dict[str, str]:
-        out = {"check": self.check, "status": self.status, "detail": self.detail}
-        if self.next_step:
-            out["next_step"] = self.next_step
-        return out
-
-
-def _v(text: Any) -> Version | None:
-    try:
-        return Version(str(text)) if text else None
-    except (InvalidVersion, ValueError):  # ValueError: a part past the 4300-digit int limit
-        return None
+Finding = Verdict[FindingStatus]
 
 
 def _driver_findings(driver: Mapping[str, Any]) -> list[Finding]:
@@ -76,7 +59,7 @@ def _driver_findings(driver: Mapping[str, Any]) -> list[Finding]:
     err = driver.get("nvml_error")
     lib = driver.get("library_version")
     mod = driver.get("kernel_module_version")
-    if err == "LibRmVersionMismatch" or (lib and mod and _v(lib) != _v(mod)):
+    if err == "LibRmVersionMismatch" or (lib and mod and try_version(lib) != try_version(mod)):
         out.append(
             Finding(
                 "driver-mismatch",
@@ -98,7 +81,7 @@ def _driver_findings(driver: Mapping[str, Any]) -> list[Finding]:
     version = driver.get("version")
     if version:
         cuda = driver.get("cuda") or "?"
-        have = _v(version)
+        have = try_version(version)
         if have is not None and have < Version(CUDA12_MVC_FLOOR):
             out.append(
                 Finding(
@@ -319,13 +302,13 @@ def _engine_findings(facts: Mapping[str, Any]) -> list[Finding]:
 def _cdi_findings(facts: Mapping[str, Any], cdi: Sequence[Mapping[str, Any]]) -> list[Finding]:
     driver = facts.get("driver") or {}
     current_text = str(driver.get("version") or driver.get("kernel_module_version") or "")
-    current = _v(current_text)
+    current = try_version(current_text)
     lib_mtime = driver.get("library_mtime")
     out: list[Finding] = []
     for spec in cdi:
         names = [str(v) for v in spec.get("driver_versions") or []]
         stale_reason = ""
-        if names and current is not None and all(_v(v) != current for v in names):
+        if names and current is not None and all(try_version(v) != current for v in names):
             stale_reason = f"it names driver {', '.join(names)}, the host runs {current_text}"
         elif (
             # No version inside: fall back to file times (a spec written before the driver's

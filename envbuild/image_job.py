@@ -58,61 +58,23 @@ def make_engine(*, buildkit: bool) -> ContainerEngine:
     return DockerEngine()
 
 
-def _checks_of(verdict: Any) -> tuple[Mapping[str, str], ...]:
-    """Failed checks from a SmokeVerdict: objects or dicts with name/figure/hint."""
-    out = []
-    for item in getattr(verdict, "failed", ()) or ():
-        if isinstance(item, Mapping):
-            get = item.get
-        else:
-
-            def get(key: str, default: Any = "", _item: Any = item) -> Any:
-                return getattr(_item, key, default)
-
-        out.append(
-            {
-                "name": str(get("name", "") or ""),
-                "figure": str(get("figure", "") or ""),
-                "hint": str(get("hint", "") or ""),
-            }
-        )
-    return tuple(out)
-
-
 def make_judge(plan: Mapping[str, Any]) -> Judge:
     """Wire `envbuild.smoke.parse_report`/`evaluate` into the orchestration's judge."""
     from envbuild import smoke
 
     def judge(result: RunResult) -> SmokeJudgement:
         report = smoke.parse_report(result.stdout)
-        verdict = smoke.evaluate(report, dict(plan))
-        summary = getattr(verdict, "summary", "")
-        if callable(summary):
-            summary = summary()
+        verdict = smoke.evaluate(report, plan)
         return SmokeJudgement(
-            ok=bool(verdict.ok),
+            ok=verdict.ok,
             report=report,
-            failed=_checks_of(verdict),
-            summary=str(summary or ""),
+            failed=tuple(
+                {"name": f.name, "figure": f.figure, "hint": f.hint} for f in verdict.failed
+            ),
+            summary=verdict.summary,
         )
 
     return judge
-
-
-def _read_ca(path: Path) -> bytes:
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise UserError(
-            f"cannot read the CA certificate {path}: {exc.strerror}",
-            hint="pass a PEM bundle, e.g. --ca-cert /etc/ssl/certs/ca-certificates.crt",
-        ) from None
-    if b"-----BEGIN CERTIFICATE-----" not in data:
-        raise UserError(
-            f"{path} holds no PEM certificate",
-            hint="pass a PEM bundle (text starting with -----BEGIN CERTIFICATE-----)",
-        )
-    return data
 
 
 def needs_gpu(lock: Lock) -> bool:
@@ -133,31 +95,28 @@ def prepare(
     keep_failed: bool,
     buildkit: bool,
 ) -> tuple[ImageJob, Judge]:
-    from envbuild.lockfile import load_fresh, lock_sha256, read_lock_text
+    from envbuild.lockfile import load_fresh_text, lock_sha256
     from envbuild.matrix import load_matrix
-    from envbuild.render import RenderOptions, build_context
+    from envbuild.render import RenderOptions, build_context, check_options, read_ca_cert
     from envbuild.smoke import plan as smoke_plan
 
     if tag is not None:
         check_tag(tag)
     if smoke_timeout is not None and smoke_timeout < 1:
         raise UserError("--smoke-timeout must be at least 1 second")
-    if find_links is not None and not find_links.is_dir():
-        raise UserError(
-            f"--find-links {find_links} is not a folder", hint="pass a folder of wheels"
+    # The options a user typed are checked as `envbuild render` checks them, before the lock.
+    options = check_options(
+        RenderOptions(
+            base_image=base_image,
+            ca_cert=read_ca_cert(ca_cert) if ca_cert is not None else None,
+            index_url=index_url,
+            find_links=find_links,
+            buildkit=buildkit,
         )
-    ca = _read_ca(ca_cert) if ca_cert is not None else None
-    # Never re-resolves: a stale lock raises StaleLockError with the command to run.
-    _request, lock = load_fresh(image_dir)
-    lock_text = read_lock_text(image_dir) or ""
-    sha = lock_sha256(lock_text)
-    options = RenderOptions(
-        base_image=base_image,
-        ca_cert=ca,
-        index_url=index_url,
-        find_links=find_links,
-        buildkit=buildkit,
     )
+    # Never re-resolves: a stale lock raises StaleLockError with the command to run.
+    _request, lock, lock_text = load_fresh_text(image_dir)
+    sha = lock_sha256(lock_text)
     context = build_context(lock, lock_text, image_dir=image_dir, options=options)
     # A CPU image's plan allows the CPU without the flag (as render writes it into the image).
     plan = smoke_plan(lock, allow_cpu=allow_cpu or not needs_gpu(lock), matrix=load_matrix())

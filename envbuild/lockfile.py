@@ -519,13 +519,22 @@ def load_fresh(image_dir: Path) -> tuple[Request, Lock]:
 
     For render/image: raises StaleLockError (exit 1) whose hint is the command to run.
     """
+    request, lock, _text = load_fresh_text(image_dir)
+    return request, lock
+
+
+def load_fresh_text(image_dir: Path) -> tuple[Request, Lock, str]:
+    """`load_fresh` plus the lock text it checked: the Dockerfile, the build context and the
+    `envbuild.lock.sha256` label must come from these bytes, not from a second read that a
+    concurrent `envbuild lock` could have replaced in between."""
     from envbuild.matrix import load_matrix
     from envbuild.request import load_request
 
     request = load_request(image_dir)
     text = read_lock_text(image_dir)
     lock = check_fresh(request, text, load_matrix().fingerprints(), image_dir=image_dir)
-    return request, lock
+    assert text is not None  # check_fresh refuses a missing lock
+    return request, lock, text
 
 
 # --- writing -----------------------------------------------------------------------------------
@@ -547,16 +556,19 @@ def folder_lock(image_dir: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Replace `path` with `text` atomically: temp file in the same folder, fsync, os.replace.
+def write_atomic(path: Path, data: str | bytes) -> None:
+    """Replace `path` with `data` (text as UTF-8) atomically: temp file in the same folder,
+    fsync, os.replace; the folder is created when missing. envbuild's one file writer (locks,
+    Dockerfiles, build-context tars, JUnit, Job manifests, matrix files, the refresh cache).
 
     A reader (or a crash at any moment) sees either the old file or the new one, never a mix.
     """
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(text.encode("utf-8"))
+            fh.write(data.encode("utf-8") if isinstance(data, str) else data)
             fh.flush()
             os.fsync(fh.fileno())
         with contextlib.suppress(FileNotFoundError):

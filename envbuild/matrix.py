@@ -357,9 +357,6 @@ class Matrix:
                 return a
         return None
 
-    def default_os(self) -> OsImage | None:
-        return next((o for o in self.os_images if o.default), None)
-
     def releases_of(self, framework: str) -> tuple[FrameworkRelease, ...]:
         return tuple(r for r in self.releases if r.framework == framework)
 
@@ -392,7 +389,10 @@ _CORE_FILES = (
 _SM_RE = re.compile(r"^(sm|compute)_(\d+)([af]?)$")
 _CC_RE = re.compile(r"^\d+\.\d$")
 _MAJOR_MINOR_RE = re.compile(r"^\d+\.\d+$")
-_DRIVER_RE = re.compile(r"^\d+(\.\d+){0,2}$")
+# Bounded parts: NVIDIA driver parts have at most 3 digits (570.124.06); an unbounded run
+# would pass here and then crash Version() past Python's 4300-digit int limit in the resolver
+# (tests/reliability/test_bad_input.py::test_mutated_matrix_file, case huge driver).
+_DRIVER_RE = re.compile(r"^\d{1,6}(\.\d{1,6}){0,2}$")
 _REQUIRE_CUDA_RE = re.compile(r"^cuda>=(\d+\.\d+)((?: brand=[a-z]+,driver>=\d+,driver<\d+)*)$")
 _FLAVOUR_OS_RE = re.compile(r"^(base|runtime|cudnn|devel)-(.+)$")
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_-]*$")

@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any
 from envbuild import __version__
 from envbuild.errors import SourceUnreachableError
 from envbuild.refresh import (
-    CHANNELS,
     TOOLKIT_PROJECT,
     Channel,
     ChannelData,
@@ -155,15 +154,13 @@ class Fetcher:
     def _cache_put(self, key: str, body: bytes) -> None:
         if not self.use_cache:
             return
-        path = self._cache_path(key)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            tmp.write_bytes(body)
-            os.replace(tmp, path)
-        except OSError:
-            # A read-only or full cache must not fail a refresh: the data is already in hand.
-            pass
+        import contextlib
+
+        from envbuild.lockfile import write_atomic
+
+        # A read-only or full cache must not fail a refresh: the data is already in hand.
+        with contextlib.suppress(OSError):
+            write_atomic(self._cache_path(key), body)
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -525,7 +522,3 @@ def _any_platform_wheels(files: Sequence[IndexFile]) -> dict[Any, list[IndexFile
             continue
         out.setdefault(version, []).append(f)
     return out
-
-
-def channels_for(framework: str) -> tuple[Channel, ...]:
-    return CHANNELS[framework]

@@ -128,13 +128,11 @@ def check_package_name(value: object, what: str = "package name") -> str:
 
 
 def check_version(value: object, what: str = "version") -> str:
-    from packaging.version import InvalidVersion, Version
+    from envbuild.versions import try_version
 
     text = _check(_VERSION, value, what, "not a PEP 440 version")
-    try:
-        Version(text)
-    except (InvalidVersion, ValueError):  # ValueError: a part past the 4300-digit int limit
-        raise _refuse(what, value, "not a PEP 440 version") from None
+    if try_version(text) is None:  # also a part past the 4300-digit int limit
+        raise _refuse(what, value, "not a PEP 440 version")
     return text
 
 
@@ -186,6 +184,17 @@ def check_options(options: RenderOptions) -> RenderOptions:
             hint="give the folder that holds the wheels (a wheelhouse)",
         )
     return options
+
+
+def read_ca_cert(path: Path) -> bytes:
+    """The bytes of a --ca-cert file (thin I/O; `check_options` checks they are PEM)."""
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise UserError(
+            f"cannot read the CA certificate {path}: {exc.strerror}",
+            hint="pass the proxy CA's PEM file, e.g. --ca-cert /usr/local/share/ca-certificates/proxy.crt",
+        ) from None
 
 
 def _check_pem(data: bytes) -> None:
@@ -249,9 +258,10 @@ def _index_args(lock: Lock, options: RenderOptions) -> list[str]:
         args.append(f"--index-url {index}")
     # PyPI is pip's default; with a mirror it is replaced, never added back as an extra.
     seen = {index or _PYPI, _PYPI}
+    # Only indexes a locked package came from: the framework's index when no package did (torch
+    # from a local wheelhouse) cost ~75 s of pip retries on a host that cannot reach it
+    # (benchmarks/RESULTS.md section 4, issue 4).
     extras = list(lock.indexes.extra_index_urls)
-    if lock.stack.framework.index_url:
-        extras.append(lock.stack.framework.index_url)
     extras += sorted(
         {p.source for p in lock.packages if p.source.startswith(("http://", "https://"))}
     )
@@ -273,7 +283,8 @@ def _index_args(lock: Lock, options: RenderOptions) -> list[str]:
 
 
 _PYPI = "https://pypi.org/simple"
-# Classic builder: the wheelhouse is COPYed here and removed by the install RUN.
+# Where the wheelhouse is inside the build: a BuildKit bind mount, or (classic builder) a COPY
+# into a builder stage that never ships.
 _WHEELS_PATH = "/tmp/envbuild-wheels"
 _CA_PATH_CLASSIC = "/opt/envbuild/certs/ca.crt"
 _CA_PATH_SECRET = f"/run/secrets/{CA_SECRET_ID}.crt"
@@ -306,6 +317,8 @@ def template_values(
     variant = _check(
         _VARIANT, fw.variant, "framework variant", "use letters, digits, '.', '_', '-'"
     )
+    if fw.index_url:  # rendered only when a package came from it; still a checked value
+        check_url(fw.index_url, "framework index URL")
     gpu = is_gpu(lock)
     require_cuda = ""
     cuda = ""
@@ -361,6 +374,8 @@ def template_values(
         "os_packages": os_packages,
         "pip_index_args": _index_args(lock, options),
         "wheels": options.find_links is not None,
+        # Classic builder + wheelhouse: install in a builder stage, copy only /opt/venv over.
+        "wheel_stage": options.find_links is not None and not options.buildkit,
         "wheels_path": _WHEELS_PATH,
         "ca_cert": options.ca_cert is not None,
         "ca_path": _CA_PATH_SECRET if options.buildkit else _CA_PATH_CLASSIC,

@@ -78,7 +78,7 @@ from typing import Any
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
-from envbuild.archs import ArchRules, cc_tuple, coverage, covers, parse_arch, sort_archs
+from envbuild.archs import ArchRules, cc_tuple, coverage, sort_archs
 from envbuild.errors import UserError
 from envbuild.matrix import (
     Arch,
@@ -136,22 +136,8 @@ def _branch(driver: str) -> int:
     return _v(driver).release[0]
 
 
-@lru_cache(maxsize=512)
-def _cc(cc: str) -> tuple[int, int]:
-    return cc_tuple(cc)
-
-
-# Kernel coverage lives in envbuild/archs.py (shared with `envbuild validate`); these names
-# stay for callers and tests that used the resolver's copies.
-_parse_arch = parse_arch
-_covers = covers
-
-
-def _coverage(
-    archs: Sequence[str], cc: tuple[int, int], tegra: frozenset[tuple[int, int]] = frozenset()
-) -> tuple[str | None, str | None]:
-    """("cubin", arch) when a cubin runs; ("ptx", arch) when only PTX does; (None, None)."""
-    return coverage(archs, cc, ArchRules(tegra=tegra))
+# Kernel coverage (cc_tuple, parse_arch, covers, coverage) lives in envbuild/archs.py, shared
+# with `envbuild validate` and `envbuild doctor`.
 
 
 # --- targets ---------------------------------------------------------------------------------
@@ -262,7 +248,7 @@ class _Target:
 
     @property
     def cc(self) -> tuple[int, int]:
-        return _cc(self.arch.cc)
+        return cc_tuple(self.arch.cc)
 
     def coverage(self, archs: Sequence[str]) -> tuple[str | None, str | None]:
         return coverage(archs, self.cc, self.rules)
@@ -425,7 +411,9 @@ def _prepare(request: Request, matrix: Matrix, hosts: Sequence[Host]) -> _Ctx:
             parse_version(host.driver, what="driver version")
             drivers.append(host.driver.strip())
         for gpu in host.gpus:
-            host_arch = by_cc.get(gpu.cc) or by_cc.get(f"{_cc(gpu.cc)[0]}.{_cc(gpu.cc)[1]}")
+            host_arch = by_cc.get(gpu.cc) or by_cc.get(
+                f"{cc_tuple(gpu.cc)[0]}.{cc_tuple(gpu.cc)[1]}"
+            )
             if host_arch is None:
                 raise UserError(
                     f"{gpu.name} has compute capability {gpu.cc}, which the matrix does not know",
@@ -439,7 +427,7 @@ def _prepare(request: Request, matrix: Matrix, hosts: Sequence[Host]) -> _Ctx:
     rules = ArchRules.from_archs(matrix.archs)
     targets = tuple(
         _Target(arch=archs[cc], labels=tuple(labels[cc]), rules=rules)
-        for cc in sorted(archs, key=lambda c: _cc(c))
+        for cc in sorted(archs, key=lambda c: cc_tuple(c))
     )
     driver = min(drivers, key=_v) if drivers else None
     if device == "cpu":
@@ -641,7 +629,7 @@ def _check_build(
         elif how == "ptx" and via:
             ptx_only.append((t, via))
         cudnn = _lib_row(m, "cudnn", build.cudnn)
-        if cudnn is not None and cudnn.min_cc and t.cc < _cc(cudnn.min_cc):
+        if cudnn is not None and cudnn.min_cc and t.cc < cc_tuple(cudnn.min_cc):
             misses.append(
                 f"{{R}} {v} uses cuDNN {build.cudnn}, which supports compute capability >= "
                 f"{cudnn.min_cc}; {t.label} is {t.arch.cc}"
@@ -940,7 +928,7 @@ def _stack(ctx: _Ctx, fit: _Fit, outcome: _Outcome) -> Stack:
         if row is not None:
             rows.add(row.key)
             if lib == "cudnn" and row.max_cc:
-                above = [t for t in ctx.targets if t.cc > _cc(row.max_cc)]
+                above = [t for t in ctx.targets if t.cc > cc_tuple(row.max_cc)]
                 for t in above:
                     notes.append(
                         f"cuDNN {ver}'s support matrix lists compute capability up to "

@@ -325,36 +325,6 @@ def evaluate(report: Mapping[str, Any], plan: Mapping[str, Any]) -> SmokeVerdict
     )
 
 
-def format_report(report: Mapping[str, Any], verdict: SmokeVerdict) -> str:
-    """The human table of a report, the failures with their next step, and the verdict line."""
-    rows = [("TIER", "CHECK", "STATUS", "FIGURE")]
-    for c in report.get("checks", []):
-        rows.append(
-            (
-                str(c.get("tier", "")),
-                str(c.get("name", "")),
-                str(c.get("status", "")).upper(),
-                str(c.get("figure", "")),
-            )
-        )
-    reported = {str(c.get("name")) for c in report.get("checks", [])}
-    for f in verdict.failed:
-        if f.name not in reported:
-            rows.append((str(f.tier), f.name, "FAIL", f.figure))
-    widths = [max(len(r[i]) for r in rows) for i in range(3)]
-    lines = [
-        "  ".join(
-            [r[0].ljust(widths[0]), r[1].ljust(widths[1]), r[2].ljust(widths[2]), r[3]]
-        ).rstrip()
-        for r in rows
-    ]
-    for item in verdict.failed + verdict.warnings:
-        if item.hint:
-            lines.append(f"  {item.name}: {item.hint}")
-    lines.append(verdict.summary)
-    return "\n".join(lines)
-
-
 def verdict_json(report: Mapping[str, Any], verdict: SmokeVerdict) -> dict[str, Any]:
     """What `envbuild smoke --json` prints: the report, its "ok" set by the verdict."""
     out = dict(report)

@@ -26,33 +26,40 @@ import re
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from envbuild.archs import ArchRules, coverage, parse_arch
 from envbuild.models import Host, HostGpu, Lock
+from envbuild.versions import try_version
 
 Status = Literal["pass", "fail", "skip"]
+S = TypeVar("S", bound=str)
 
 SMOKE_COMMAND = ("python", "/opt/envbuild/payload", "--plan", "/opt/envbuild/plan.json")
 """How the smoke payload runs inside every envbuild image (venv /opt/venv is on PATH)."""
 
 
 @dataclass(frozen=True)
-class Check:
-    """One verdict of the pre-flight (or of the smoke run), with what to do when it fails."""
+class Verdict(Generic[S]):
+    """One named check with its status, what it saw, and what to do when it is not fine.
+    `S` is the status vocabulary: validate's `Check`, doctor's `Finding`."""
 
     name: str
-    status: Status
+    status: S
     detail: str
     next_step: str = ""
 
     def to_json(self) -> dict[str, str]:
-        out = {"check": self.name, "status": self.status, "detail": self.detail}
+        out = {"check": self.name, "status": str(self.status), "detail": self.detail}
         if self.next_step:
             out["next_step"] = self.next_step
         return out
+
+
+Check = Verdict[Status]
+"""One verdict of the pre-flight (or of the smoke run), with what to do when it fails."""
 
 
 @dataclass(frozen=True)
@@ -83,15 +90,6 @@ class Preflight:
 # --- versions ------------------------------------------------------------------------------------
 
 
-def _version(text: str | None) -> Version | None:
-    if not text:
-        return None
-    try:
-        return Version(text.strip())
-    except (InvalidVersion, ValueError):  # ValueError: a part past the 4300-digit int limit
-        return None
-
-
 # --- NVIDIA_REQUIRE_CUDA -------------------------------------------------------------------------
 
 _OPERATORS = ("!=", "<=", ">=", "=", "<", ">")
@@ -114,10 +112,10 @@ def _compare(prop: str, have: str | None, op: str, want: str) -> tuple[bool, str
         value = have or ""
         cmp = (value > want) - (value < want)
     else:
-        want_v = _version(want)
+        want_v = try_version(want)
         if want_v is None:
             return False, f"{prop}{op}{want}: {want!r} is not a version"
-        have_v = _version(have)
+        have_v = try_version(have)
         if have_v is None:
             # The toolkit compares with semver, where an unknown (invalid) version is lower
             # than every valid one; "unknown" therefore fails >=, > and = like it would there.
@@ -258,7 +256,7 @@ def host_checks(facts: Mapping[str, Any] | None) -> list[Check]:
 def _driver_check(lock: Lock, host: Host) -> Check:
     floors = lock.stack.floors
     assert floors is not None
-    have = _version(host.driver)
+    have = try_version(host.driver)
     if have is None:
         return Check(
             "driver-floor",
@@ -305,7 +303,7 @@ def _arch_checks(lock: Lock, host: Host, rules: ArchRules | None = None) -> list
             out.append(Check(name, "pass", f"{label}: cubin {arch}"))
             continue
         if how == "ptx":
-            have = _version(host.driver)
+            have = try_version(host.driver)
             if floors is not None and have is not None and have < Version(floors.toolkit):
                 out.append(
                     Check(

@@ -24,6 +24,17 @@ def parse_version(text: str, *, what: str = "version") -> Version:
         ) from None
 
 
+def try_version(text: object) -> Version | None:
+    """A version, or None for an empty or unparseable one: for facts read from hosts, where a
+    missing or odd driver string is a finding to report, not an error to raise."""
+    if not text:
+        return None
+    try:
+        return Version(str(text))
+    except (InvalidVersion, ValueError):  # ValueError: a part past the 4300-digit int limit
+        return None
+
+
 def _version_hint(text: str, what: str) -> str:
     if "driver" not in what:
         return f"write the {what} as dotted numbers, for example 12.8 or 12.8.1"
@@ -54,30 +65,7 @@ def parse_specifier(text: str, *, what: str = "version range") -> SpecifierSet:
         ) from None
 
 
-def is_newer_or_equal(a: str, b: str) -> bool:
-    """a >= b as versions."""
-    return Version(a) >= Version(b)
-
-
 def major_minor(version: str) -> tuple[int, int]:
     """ "12.8.1" -> (12, 8)."""
     release = Version(version).release
     return (release[0], release[1] if len(release) > 1 else 0)
-
-
-def cc_tuple(cc: str) -> tuple[int, int]:
-    """Compute capability "8.6" -> (8, 6); "12.0" -> (12, 0)."""
-    major, _, minor = cc.partition(".")
-    return (int(major), int(minor or 0))
-
-
-def sm_of_cc(cc: str) -> str:
-    """ "8.6" -> "sm_86", "12.0" -> "sm_120"."""
-    major, minor = cc_tuple(cc)
-    return f"sm_{major}{minor}"
-
-
-def cc_of_sm(sm: str) -> str:
-    """ "sm_86" / "compute_86" -> "8.6"; "sm_120" -> "12.0". Suffixes (sm_90a) are kept off."""
-    digits = sm.split("_", 1)[1].rstrip("af")
-    return f"{digits[:-1]}.{digits[-1]}"

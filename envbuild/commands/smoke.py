@@ -3,10 +3,39 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from envbuild import console
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from envbuild.smoke import SmokeVerdict
+
+
+def render(report: Mapping[str, Any], verdict: SmokeVerdict) -> str:
+    """The human table of a report, the failures with their next step, and the verdict line."""
+    rows: list[tuple[str, ...]] = [
+        (
+            str(c.get("tier", "")),
+            str(c.get("name", "")),
+            str(c.get("status", "")).upper(),
+            str(c.get("figure", "")),
+        )
+        for c in report.get("checks", [])
+    ]
+    reported = {str(c.get("name")) for c in report.get("checks", [])}
+    rows += [
+        (str(f.tier), f.name, "FAIL", f.figure) for f in verdict.failed if f.name not in reported
+    ]
+    lines = [console.table(rows, header=("TIER", "CHECK", "STATUS", "FIGURE"))]
+    lines += [
+        f"  {item.name}: {item.hint}" for item in verdict.failed + verdict.warnings if item.hint
+    ]
+    lines.append(verdict.summary)
+    return "\n".join(lines)
 
 
 @click.command(
@@ -45,12 +74,12 @@ def command(
     tier: int | None,
 ) -> None:
     from envbuild import api
-    from envbuild.smoke import format_report, verdict_json
+    from envbuild.smoke import verdict_json
 
     outcome = api.smoke(allow_cpu=allow_cpu, plan_file=plan_file, lock_dir=lock_dir, tier=tier)
     if as_json:
         console.emit_json(verdict_json(outcome.report, outcome.verdict))
     else:
-        console.line(format_report(outcome.report, outcome.verdict))
+        console.line(render(outcome.report, outcome.verdict))
     if not outcome.verdict.ok:
         raise click.exceptions.Exit(1)

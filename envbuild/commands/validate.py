@@ -137,10 +137,9 @@ def command(
             k8s_job=k8s_job,
             image=image,
             gpus_per_pod=gpus_per_pod,
+            junit=junit,
         )
         doc = fleet.to_json()
-        if junit is not None:
-            api.write_fleet_junit(fleet, junit)
         if as_json:
             console.emit_json(doc)
         else:

@@ -9,6 +9,7 @@ ARG DEBIAN_FRONTEND=noninteractive
 # A C/C++ compiler and the Python headers; nvcc and the CUDA headers come with the devel image.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends python3.12 python3.12-venv build-essential python3.12-dev \
+ && apt-get clean \
  && rm -rf /var/lib/apt/lists/*
 RUN python3.12 -m venv /opt/venv
 ENV VIRTUAL_ENV=/opt/venv \
@@ -27,9 +28,10 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # Build-time only (ARG, not ENV): apt must not prompt.
 ARG DEBIAN_FRONTEND=noninteractive
 
-# Python from the OS packages; lists removed in the same layer.
+# Python from the OS packages; apt's caches and lists removed in the same layer.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends python3.12 python3.12-venv \
+ && apt-get clean \
  && rm -rf /var/lib/apt/lists/*
 
 # The builder's venv (same OS, same Python path, so its interpreter links stay valid).

@@ -8,9 +8,10 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # Build-time only (ARG, not ENV): apt must not prompt.
 ARG DEBIAN_FRONTEND=noninteractive
 
-# Python from the OS packages; lists removed in the same layer.
+# Python from the OS packages; apt's caches and lists removed in the same layer.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends python3.10 python3.10-venv \
+ && apt-get clean \
  && rm -rf /var/lib/apt/lists/*
 
 # The venv every envbuild image uses; first on PATH, so `python` and `pip` are the venv's.

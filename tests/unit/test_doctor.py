@@ -18,7 +18,7 @@ from tests.unit.test_validate import HOSTS, facts, make_lock
 
 
 def problems(f: dict[str, Any], **kw: Any) -> list[str]:
-    return [x.check for x in doctor.check_host(f, **kw) if x.status == "problem"]
+    return [x.name for x in doctor.check_host(f, **kw) if x.status == "problem"]
 
 
 @pytest.mark.parametrize(
@@ -39,7 +39,7 @@ def test_every_problem_has_a_next_step() -> None:
     for name in ("old-driver", "mismatch", "no-toolkit", "small-shm"):
         for f in doctor.check_host(facts(name)):
             if f.status == "problem":
-                assert f.next_step, (name, f.check)
+                assert f.next_step, (name, f.name)
 
 
 def test_mismatch_says_reboot_not_rebuild() -> None:
@@ -74,7 +74,7 @@ def test_gpu_health(patch: dict[str, Any], check: str, status: str) -> None:
             gpu[key].update(value)
         else:
             gpu[key] = value
-    found = {x.check: x for x in doctor.check_host(f)}
+    found = {x.name: x for x in doctor.check_host(f)}
     assert found[check].status == status
     if status == "problem":
         assert found[check].next_step
@@ -106,7 +106,7 @@ def test_cdi_spec_instead_of_runtime_is_enough() -> None:
             "driver_versions": ["580.159.04"],
         }
     ]
-    found = {x.check: x for x in doctor.check_host(f)}
+    found = {x.name: x for x in doctor.check_host(f)}
     assert found["gpu-runtime"].status == "ok"
     assert "CDI /var/run/cdi/nvidia.yaml" in found["gpu-runtime"].detail
     assert "cdi" not in found
@@ -122,7 +122,7 @@ def test_cdi_spec_unread_by_docker_is_a_problem() -> None:
             "driver_versions": ["580.159.04"],
         }
     ]
-    (x,) = [x for x in doctor.check_host(f) if x.check == "gpu-runtime"]
+    (x,) = [x for x in doctor.check_host(f) if x.name == "gpu-runtime"]
     assert x.status == "problem" and '"cdi": true' in x.next_step
 
 
@@ -135,7 +135,7 @@ def test_stale_cdi_spec() -> None:
             "driver_versions": ["570.124.06"],
         }
     ]
-    (stale,) = [x for x in doctor.check_host(f) if x.check == "cdi"]
+    (stale,) = [x for x in doctor.check_host(f) if x.name == "cdi"]
     assert stale.status == "problem"
     assert "570.124.06" in stale.detail and "580.159.04" in stale.detail
     assert "nvidia-ctk cdi generate" in stale.next_step
@@ -158,17 +158,17 @@ def test_stale_cdi_spec_by_time_when_it_names_no_version() -> None:
 def test_engine_socket_without_answer_is_a_problem() -> None:
     f = _h200()
     f["engine"] = dict(f["engine"], socket="/var/run/docker.sock", error="permission denied")
-    (x,) = [x for x in doctor.check_host(f) if x.check == "engine"]
+    (x,) = [x for x in doctor.check_host(f) if x.name == "engine"]
     assert x.status == "problem" and "docker group" in x.next_step
 
 
 def test_locks_in_reach_are_informational() -> None:
     cu13 = make_lock(name="cu13", cuda="13.0.0", toolkit="580.65.06", minor_compat="580")
     locks = [("images/torch-train", make_lock()), ("images/cu13", cu13)]
-    on_h200 = {x.check: x for x in doctor.check_host(facts("h200-healthy"), locks=locks)}
+    on_h200 = {x.name: x for x in doctor.check_host(facts("h200-healthy"), locks=locks)}
     assert on_h200["lock images/torch-train"].status == "ok"
     assert on_h200["lock images/cu13"].status == "ok"
-    on_old = {x.check: x for x in doctor.check_host(facts("small-shm"), locks=locks)}
+    on_old = {x.name: x for x in doctor.check_host(facts("small-shm"), locks=locks)}
     assert on_old["lock images/torch-train"].status == "ok"
     assert on_old["lock images/cu13"].status == "info"
     assert on_old["lock images/cu13"].detail.startswith("would not run: driver 550.127.05 < 580")
@@ -260,4 +260,4 @@ def test_lost_gpu_is_a_problem() -> None:
     f = _h200()
     f["gpus"].append({"index": 1, "error": "GpuIsLost", "error_text": "GPU is lost"})
     (x,) = [x for x in doctor.check_host(f) if x.status == "problem"]
-    assert x.check == "gpu1" and "GpuIsLost" in x.detail and "Xid 79" in x.next_step
+    assert x.name == "gpu1" and "GpuIsLost" in x.detail and "Xid 79" in x.next_step

@@ -153,9 +153,11 @@ def test_index_url_either_is_plain_or_is_refused(tail: str) -> None:
 
 
 def _image_dir(tmp_path: Path, lock: Lock, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """An image folder whose fresh lock is `lock` (load_fresh replaced at the I/O edge)."""
+    """An image folder whose fresh lock is `lock` (load_fresh_text replaced at the I/O edge)."""
     (tmp_path / "envbuild.lock").write_text("# lock text\n")
-    monkeypatch.setattr("envbuild.lockfile.load_fresh", lambda image_dir: (None, lock))
+    monkeypatch.setattr(
+        "envbuild.lockfile.load_fresh_text", lambda image_dir: (None, lock, "# lock text\n")
+    )
     return tmp_path
 
 

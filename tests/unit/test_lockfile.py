@@ -478,6 +478,24 @@ def test_load_fresh_returns_request_and_lock(
     assert lock.name == "demo" and lock.stack.framework.version == "2.10.0"
 
 
+def test_load_fresh_text_gives_the_bytes_it_checked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    image = _locked(tmp_path, monkeypatch)
+    request, lock, text = lockfile.load_fresh_text(image)
+    assert text == (image / lockfile.LOCK_FILE).read_text(encoding="utf-8")
+    assert lockfile.loads(text) == lock
+    assert (request, lock) == lockfile.load_fresh(image)
+
+
+def test_write_atomic_takes_bytes_and_creates_the_folder(tmp_path: Path) -> None:
+    path = tmp_path / "new" / "deeper" / "ctx.tar"
+    lockfile.write_atomic(path, b"\x00\xffbinary")
+    assert path.read_bytes() == b"\x00\xffbinary"
+    assert path.stat().st_mode & 0o777 == 0o644
+    assert sorted(p.name for p in path.parent.iterdir()) == ["ctx.tar"]
+
+
 def test_input_hash_covers_only_used_rows() -> None:
     req = parse_request(DEMO_REQUEST.encode(), path="x", default_name="demo")
     fps = demo_matrix().fingerprints()

@@ -335,6 +335,19 @@ def test_defect_is_caught_with_file_and_row(
         assert hits[0].startswith(f"matrix/{file}") or hits[0].startswith(file)
 
 
+def test_a_driver_past_the_int_digit_limit_is_a_problem_not_a_crash(tmp_path: Path) -> None:
+    # Found by tests/reliability (test_mutated_matrix_file): the row passed the check, then
+    # Version() raised ValueError (Python's 4300-digit limit) inside the resolver.
+    folder = _copy_matrix(tmp_path)
+    path = folder / "cuda.toml"
+    text = path.read_text()
+    old = 'major = 13\ndriver = "580"'
+    assert text.count(old) == 1
+    path.write_text(text.replace(old, f'major = 13\ndriver = "{"9" * 5000}"'))
+    _, problems, _ = mx.collect(mx.read_matrix_files(folder, label="matrix"))
+    assert any("minor_compat" in p and "driver must be a driver version" in p for p in problems)
+
+
 def test_duplicate_row_is_caught(tmp_path: Path) -> None:
     folder = _copy_matrix(tmp_path)
     path = folder / "cuda.toml"

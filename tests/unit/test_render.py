@@ -220,6 +220,119 @@ def test_indexes_never_loosen_hash_checking() -> None:
     assert "--no-index" not in pip and "--trusted-host" not in pip
 
 
+def _extra_indexes(text: str) -> set[str]:
+    pip = next(r for w, r in _instructions(text) if w == "RUN" and "pip install" in r)
+    return set(re.findall(r"--extra-index-url (\S+)", pip))
+
+
+def _locked_from_local_wheels(lock: fixtures.Lock) -> fixtures.Lock:
+    """The torch-cpu shape: the framework from a local wheelhouse, the rest from PyPI."""
+    fw = lock.stack.framework.name
+    packages = tuple(
+        dataclasses.replace(p, source="/opt/wheels") if p.name == fw else p for p in lock.packages
+    )
+    return dataclasses.replace(lock, packages=packages)
+
+
+@pytest.mark.parametrize("make", [fixtures.gpu_lock, fixtures.cpu_lock, fixtures.plain_lock])
+@pytest.mark.parametrize("local", [False, True])
+def test_only_indexes_a_locked_package_came_from_are_searched(make: object, local: bool) -> None:
+    """Issue 4: an index no locked package came from only costs retries (pip tried an unreachable
+    download.pytorch.org ~50 times for torch-cpu, whose torch came from a wheelhouse)."""
+    lock = make()  # type: ignore[operator]
+    if local:
+        lock = _locked_from_local_wheels(lock)
+    text = _render(lock, find_links=GOLDEN)
+    expected = {p.source for p in lock.packages if p.source.startswith("https://")} | set(
+        lock.indexes.extra_index_urls
+    )
+    expected -= {"https://pypi.org/simple", lock.indexes.index_url}
+    assert _extra_indexes(text) == expected
+    if local:
+        assert lock.stack.framework.index_url not in text
+        assert "--find-links /tmp/envbuild-wheels" in text
+    else:
+        assert lock.stack.framework.index_url in _extra_indexes(text)
+
+
+@pytest.mark.parametrize("image_dir", regenerate.example_dirs(), ids=lambda p: p.name)
+def test_examples_search_only_the_indexes_of_their_packages(image_dir: Path) -> None:
+    from envbuild.lockfile import loads
+
+    lock = loads((image_dir / "envbuild.lock").read_text(encoding="utf-8"))
+    sources = {p.source for p in lock.packages} | set(lock.indexes.extra_index_urls)
+    for url in _extra_indexes((GOLDEN / f"{image_dir.name}.Dockerfile").read_text()):
+        assert url in sources, f"{image_dir.name}: {url} serves no locked package"
+
+
+def _stages(text: str) -> list[list[tuple[str, str]]]:
+    stages: list[list[tuple[str, str]]] = []
+    for word, rest in _instructions(text):
+        if word == "FROM":
+            stages.append([])
+        stages[-1].append((word, rest))
+    return stages
+
+
+@pytest.mark.parametrize("make", [fixtures.gpu_lock, fixtures.cpu_lock, fixtures.plain_lock])
+@pytest.mark.parametrize("ca", [False, True])
+def test_classic_wheelhouse_installs_in_a_builder_stage_that_never_ships(
+    make: object, ca: bool
+) -> None:
+    """Issue 8: a `COPY wheels/` layer keeps the wheels after an `rm` (192 MB of torch-cpu)."""
+    lock = make()  # type: ignore[operator]
+    text = _render(lock, find_links=GOLDEN, ca_cert=regenerate.FAKE_CA if ca else None)
+    builder, final = _stages(text)
+    base = final[0][1]
+    assert builder[0] == ("FROM", f"{base} AS builder")
+    assert ("COPY", "wheels/ /tmp/envbuild-wheels/") in builder
+    pip = next(r for w, r in builder if w == "RUN" and "pip install" in r)
+    assert "--find-links /tmp/envbuild-wheels" in pip and "--require-hashes" in pip
+    assert not any("wheels" in r for w, r in final if w in ("COPY", "ADD", "RUN"))
+    assert not any("pip install" in r for _, r in final)
+    assert ("COPY", "--from=builder /opt/venv /opt/venv") in final
+    # The final stage repeats the builder's steps up to the venv, so the layer cache builds
+    # them once: the same instructions in the same order.
+    venv = next(i for i, (w, r) in enumerate(builder) if "-m venv" in r)
+    copy = final.index(("COPY", "--from=builder /opt/venv /opt/venv"))
+    assert final[1:copy] == builder[1:venv]
+    assert _env(final)["PATH"].startswith("/opt/venv/bin:")
+
+
+def test_without_a_wheelhouse_or_with_buildkit_there_is_one_stage() -> None:
+    assert len(_stages(_render(fixtures.cpu_lock()))) == 1
+    text = _render(fixtures.cpu_lock(), find_links=GOLDEN, buildkit=True)
+    assert len(_stages(text)) == 1
+    assert "COPY wheels" not in text
+    assert "--mount=type=bind,source=wheels,target=/tmp/envbuild-wheels" in text
+
+
+def test_user_system_block_runs_in_the_wheel_builder_too(tmp_path: Path) -> None:
+    (tmp_path / "Dockerfile.j2").write_text(
+        "{% extends envbuild_template %}\n"
+        "{% block system %}\n{{ super() }}\nRUN echo user-system-step\n{% endblock %}\n"
+    )
+    text = render_dockerfile(
+        fixtures.cpu_lock(),
+        options=RenderOptions(find_links=GOLDEN),
+        template_dir=tmp_path,
+        lock_text="x",
+    )
+    builder, final = _stages(text)
+    assert ("RUN", "echo user-system-step") in builder
+    assert ("RUN", "echo user-system-step") in final
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_apt_leaves_no_cache_or_lists_in_its_layer(name: str) -> None:
+    """Issue 8: /var/cache/apt/*.bin (78 MB) stayed in the apt layer; removed in the same RUN."""
+    apt_runs = [r for w, r in _instructions(CASES[name]()) if w == "RUN" and "apt-get install" in r]
+    assert apt_runs
+    for run in apt_runs:
+        steps = [s.strip() for s in run.split("&&")]
+        assert steps[-2:] == ["apt-get clean", "rm -rf /var/lib/apt/lists/*"]
+
+
 def test_base_image_option_replaces_the_locked_base_and_its_digest() -> None:
     text = _render(fixtures.gpu_lock(), base_image="registry.example.com:5000/cuda/base:12.8.1")
     assert "FROM registry.example.com:5000/cuda/base:12.8.1\n" in text
@@ -421,7 +534,8 @@ def test_build_context_refuses_a_local_wheel_source_without_find_links(tmp_path:
 
 @pytest.fixture
 def locked_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """An image folder whose fresh lock is the GPU fixture (load_fresh replaced at the edge)."""
+    """An image folder whose fresh lock is the GPU fixture (load_fresh_text replaced at the
+    edge)."""
     pytest.importorskip("envbuild.smoke")
     from envbuild.matrix import Matrix
 
@@ -429,7 +543,9 @@ def locked_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     image_dir.mkdir()
     (image_dir / "envbuild.lock").write_text("# lock text\n")
     lock = fixtures.gpu_lock()
-    monkeypatch.setattr("envbuild.lockfile.load_fresh", lambda d: (None, lock))
+    monkeypatch.setattr(
+        "envbuild.lockfile.load_fresh_text", lambda d: (None, lock, "# lock text\n")
+    )
     monkeypatch.setattr("envbuild.matrix.load_matrix", lambda **kw: Matrix())
     return image_dir
 

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from envbuild.archs import covers
 from envbuild.errors import UserError
 from envbuild.matrix import (
     Arch,
@@ -26,7 +27,6 @@ from envbuild.matrix import (
 )
 from envbuild.models import Host, HostGpu, Request, Stack, Targets, Unsatisfiable
 from envbuild.resolver import (
-    _covers,
     parse_gpu,
     resolve,
     result_to_json,
@@ -227,7 +227,7 @@ def no(result: Stack | Unsatisfiable) -> Unsatisfiable:
     ],
 )
 def test_coverage_rules(arch: str, cc: tuple[int, int], expected: str | None) -> None:
-    assert _covers(arch, cc) == expected
+    assert covers(arch, cc) == expected
 
 
 def test_sort_archs_is_numeric_cubins_before_ptx() -> None:
@@ -548,7 +548,7 @@ DRIVERS += ["580.65.06", "595.45.04", None]  # type: ignore[list-item]
 def test_every_stack_runs_on_every_target(gpus, driver, framework, strict) -> None:
     from packaging.version import Version
 
-    from envbuild.resolver import _coverage
+    from envbuild.archs import coverage
 
     r = req(framework, gpus, driver=driver, compat="strict" if strict else "minor")
     result = resolve(r, M)
@@ -558,7 +558,7 @@ def test_every_stack_runs_on_every_target(gpus, driver, framework, strict) -> No
     assert result.floors is not None
     for sm in gpus:
         cc = parse_gpu(M, sm).cc
-        how, _ = _coverage(result.archs, tuple(int(x) for x in cc.split(".")))
+        how, _ = coverage(result.archs, cc)
         assert how is not None
         if how == "ptx" or strict:
             assert result.floors.relied_on == "toolkit"
@@ -603,4 +603,4 @@ def test_unpublished_image_tags_are_not_used() -> None:
     ],
 )
 def test_tegra_has_no_cubin_compatibility(arch: str, cc: tuple[int, int], expected) -> None:
-    assert _covers(arch, cc, frozenset({(8, 7)})) == expected
+    assert covers(arch, cc, frozenset({(8, 7)})) == expected

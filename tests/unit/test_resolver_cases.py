@@ -160,8 +160,9 @@ DRIVERS += ["570.124.06", "575.57.08", "580.65.06", "590.48.01"]
 )
 def test_every_stack_runs_on_every_target(gpus, driver, framework, strict) -> None:
     from envbuild import api
+    from envbuild.archs import coverage
     from envbuild.matrix import load_matrix
-    from envbuild.resolver import _coverage, parse_gpu
+    from envbuild.resolver import parse_gpu
 
     m = load_matrix()
     result = api.resolve(
@@ -173,7 +174,7 @@ def test_every_stack_runs_on_every_target(gpus, driver, framework, strict) -> No
     assert result.floors is not None and result.cuda is not None
     for name in gpus:
         cc = parse_gpu(m, name).cc
-        how, _ = _coverage(result.archs, tuple(int(x) for x in cc.split(".")))
+        how, _ = coverage(result.archs, cc)
         assert how is not None, (name, result.archs)
         if how == "ptx" or strict:
             assert result.floors.relied_on == "toolkit"

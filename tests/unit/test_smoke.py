@@ -249,7 +249,9 @@ def test_format_report_lists_failures_with_next_steps() -> None:
     r = _report()
     r["checks"][4] = ck.check("shm", 1, "fail", "/dev/shm 64 MiB (need 1024)", "--shm-size=1g")
     v = smoke.evaluate(r, PLAN)
-    text = smoke.format_report(r, v)
+    from envbuild.commands.smoke import render
+
+    text = render(r, v)
     lines = text.splitlines()
     assert lines[0].split() == ["TIER", "CHECK", "STATUS", "FIGURE"]
     assert any(ln.split()[:3] == ["1", "shm", "FAIL"] for ln in lines)
