@@ -57,14 +57,20 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 def _print_outcome(doc: dict[str, Any]) -> None:
     smoke = doc.get("smoke") or {}
     checks = smoke.get("checks") or []
-    passed = sum(1 for c in checks if isinstance(c, dict) and c.get("status") == "pass")
+    # Counted per status: on the CPU path most GPU checks are skipped or warn, and "2/9
+    # passed" would read like a failure.
+    counts: dict[str, int] = {}
+    for c in checks:
+        if isinstance(c, dict):
+            counts[str(c.get("status"))] = counts.get(str(c.get("status")), 0) + 1
+    tally = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
     console.line(f"tagged {doc['tag']} ({doc['image_id']})")
     if doc.get("smoke_summary"):
         console.line(f"  {doc['smoke_summary']}")
     device = doc.get("device") or "?"
     console.line(
         f"  smoke:  pass on {device}"
-        + (f", {passed}/{len(checks)} checks passed" if checks else "")
+        + (f", checks: {tally}" if tally else "")
         + f" in {doc['smoke_s']:.1f} s (build {doc['build_s']:.0f} s)"
     )
     if doc["base_image_replaced"]:

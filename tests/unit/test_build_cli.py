@@ -22,7 +22,13 @@ def _outcome(**over: Any) -> ImageOutcome:
     from envbuild.build import build_and_verify
 
     engine = FakeEngine(run_result=OK_RUN)
-    report = {"ok": True, "device": "cpu", "checks": [{"name": "x", "status": "pass"}]}
+    checks = [
+        {"name": "x", "status": "pass"},
+        {"name": "gpu-visible", "status": "warn"},
+        {"name": "y", "status": "skip"},
+        {"name": "z", "status": "skip"},
+    ]
+    report = {"ok": True, "device": "cpu", "checks": checks}
     return build_and_verify(
         engine,
         make_job(allow_cpu=True, base_image="envbuild-e2e/base:bookworm", **over),
@@ -62,7 +68,7 @@ def test_human_output_names_tag_device_and_labels(
     result = CliRunner().invoke(cli, ["image", str(tmp_path), "--allow-cpu"])
     assert result.exit_code == 0, result.output
     assert "tagged envbuild-test/demo:ok" in result.stdout
-    assert "pass on cpu" in result.stdout
+    assert "pass on cpu, checks: 1 pass, 2 skip, 1 warn" in result.stdout
     assert "envbuild.smoke.report" in result.stdout
 
 
