@@ -1,0 +1,16 @@
+"""Suite-wide settings.
+
+Property tests draw new examples on every run, which is what finds bugs on a developer's
+machine; a CI gate must not turn red on a draw nobody can replay. `.ci/run` sets
+HYPOTHESIS_PROFILE=ci: the same examples every run (derandomized), and a failure prints the blob
+that reproduces it (`@reproduce_failure`).
+"""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import settings
+
+settings.register_profile("ci", derandomize=True, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
