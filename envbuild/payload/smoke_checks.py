@@ -181,13 +181,16 @@ def check_gpu_visible(
     return check("gpu-visible", 1, "pass", figure)
 
 
-def arch_covers(cc: str, archs: Iterable[str]) -> tuple[bool, str]:
+def arch_covers(cc: str, archs: Iterable[str], *, tegra: bool = False) -> tuple[bool, str]:
     """Whether a build's archs can run on compute capability `cc` ("9.0").
 
     A cubin sm_XY runs on the same major with a minor >= Y; an arch-specific cubin (sm_90a)
     only on exactly X.Y, a family one (sm_100f) on the same major; PTX compute_XY is JIT
     compiled by the driver for any cc >= X.Y (CUDA C Programming Guide, "Binary
     Compatibility" and "PTX Compatibility"; family/arch-specific: CUDA 12.9 release notes).
+    A Tegra (Jetson, integrated) GPU runs only cubins built for exactly its capability: "Binary
+    compatibility is supported only for the desktop. It is not supported for Tegra" (same
+    guide); envbuild/archs.py holds the same rule for the host side.
     Returns (covered, how).
     """
     dev = version_numbers(cc)
@@ -200,7 +203,7 @@ def arch_covers(cc: str, archs: Iterable[str]) -> tuple[bool, str]:
         if not m:
             continue
         kind, major, minor, suffix = m.group(1), int(m.group(2)), int(m.group(3)), m.group(4)
-        if suffix == "a":
+        if suffix == "a" or (tegra and kind == "sm"):
             ok = (major, minor) == dev[:2]
         elif suffix == "f" or kind == "sm":
             ok = major == dev[0] and minor <= dev[1]
@@ -216,15 +219,23 @@ def arch_covers(cc: str, archs: Iterable[str]) -> tuple[bool, str]:
     return False, "no cubin or PTX for it"
 
 
-def check_archs(ccs: Sequence[str], archs: Sequence[str], *, framework: str) -> dict[str, Any]:
-    """`arch-covered`: every visible GPU's cc has a cubin or PTX in the framework build."""
+def check_archs(
+    ccs: Sequence[str],
+    archs: Sequence[str],
+    *,
+    framework: str,
+    tegra_ccs: Iterable[str] = (),
+) -> dict[str, Any]:
+    """`arch-covered`: every visible GPU's cc has a cubin or PTX in the framework build.
+    `tegra_ccs`: capabilities of integrated (Jetson) GPUs, which need an exact cubin."""
+    tegra = set(tegra_ccs)
     if not ccs:
         return check("arch-covered", 1, "skip", "no GPU visible")
     if not archs:
         return check("arch-covered", 1, "skip", f"{framework} does not list its archs")
     parts, bad = [], []
     for cc in sorted(set(ccs)):
-        ok, how = arch_covers(cc, archs)
+        ok, how = arch_covers(cc, archs, tegra=cc in tegra)
         parts.append(f"cc {cc}: {how}")
         if not ok:
             bad.append(cc)

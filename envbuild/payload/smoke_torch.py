@@ -79,11 +79,14 @@ def run(plan: dict[str, Any], out: dict[str, Any]) -> None:
         out["versions"][label] = {"expected": expect.get(label), "seen": seen[label]}
         checks.append(ck.check_version(label, expect.get(label), seen[label]))
 
-    ccs, names, free = [], [], []
+    ccs, names, free, tegra = [], [], [], []
     archs: list[str] = list(torch.cuda.get_arch_list()) if cuda_seen else []
     for i in range(count):
         major, minor = torch.cuda.get_device_capability(i)
         ccs.append(f"{major}.{minor}")
+        # Jetson GPUs are integrated; they take only cubins built for exactly their capability.
+        if getattr(torch.cuda.get_device_properties(i), "is_integrated", False):
+            tegra.append(f"{major}.{minor}")
         names.append(torch.cuda.get_device_name(i))
         free.append(torch.cuda.mem_get_info(i)[0] / 2**20)
     out["metrics"]["framework_gpus"] = [
@@ -91,7 +94,7 @@ def run(plan: dict[str, Any], out: dict[str, Any]) -> None:
         for i in range(count)
     ]
     out["metrics"]["archs"] = archs
-    checks.append(ck.check_archs(ccs, archs, framework="torch"))
+    checks.append(ck.check_archs(ccs, archs, framework="torch", tegra_ccs=tegra))
     checks.append(ck.check_driver_floor(host.get("driver"), plan.get("driver_floor")))
     checks.append(ck.check_shm(hostmod.shm_mib(), int(plan.get("min_shm_mib", 1024))))
     if use_cuda:

@@ -150,3 +150,34 @@ def test_payload_copy_agrees_on_any_desktop_build(archs: list[str], major: int, 
     how, _ = coverage(archs, cc)
     covered, _said = smoke_checks.arch_covers(cc, archs)
     assert covered == (how is not None)
+
+
+def test_payload_copy_agrees_on_tegra_gpus() -> None:
+    """On Jetson (integrated) GPUs the payload takes only an exact cubin, as archs.py does;
+    renamed capabilities (Thor) are left out: the payload sees the number its driver reports."""
+    m = load_matrix()
+    rules = ArchRules.from_archs(m.archs)
+    renamed = {cc for pair in rules.renamed for cc in pair}
+    tegra = sorted(f"{a}.{b}" for a, b in rules.tegra if (a, b) not in renamed)
+    assert tegra  # the matrix knows Jetson GPUs (Xavier 7.2, Orin 8.7, ...)
+    builds = {tuple(b.archs) for b in m.builds if b.archs}
+    for archs in sorted(builds):
+        for cc in tegra:
+            how, arch = coverage(archs, cc, rules)
+            covered, said = smoke_checks.arch_covers(cc, archs, tegra=True)
+            assert covered == (how is not None), (archs, cc, said)
+            if how == "cubin":
+                assert said == f"cubin {arch}", (archs, cc)
+
+
+def test_payload_tegra_rule_refuses_a_desktop_cubin_of_the_same_major() -> None:
+    # sm_80 runs on a desktop 8.6 but not on Orin (8.7, Tegra): "Binary compatibility is
+    # supported only for the desktop" (CUDA C++ Programming Guide).
+    assert smoke_checks.arch_covers("8.6", ["sm_80"]) == (True, "cubin sm_80")
+    assert smoke_checks.arch_covers("8.7", ["sm_80"], tegra=True) == (
+        False,
+        "no cubin or PTX for it",
+    )
+    assert smoke_checks.arch_covers("8.7", ["sm_80", "sm_87"], tegra=True) == (True, "cubin sm_87")
+    check = smoke_checks.check_archs(["8.7"], ["sm_80"], framework="torch", tegra_ccs=["8.7"])
+    assert check["status"] == "fail"
