@@ -868,7 +868,8 @@ def apply_wheel_pins(stack: Stack, packages: Sequence[LockedPackage]) -> tuple[S
     2.11 cu130, the wheel pins 9.19.0.56)."""
     import dataclasses
 
-    from envbuild.pydeps import cuda_libs, same_release
+    from envbuild.cudawheels import cuda_libs
+    from envbuild.pydeps import same_release
     from envbuild.versions import major_minor
 
     libs = cuda_libs(packages)

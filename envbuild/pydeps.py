@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -462,36 +461,6 @@ def pin(
 
 
 # --- what the framework's own wheel metadata pinned --------------------------------------------
-
-_CUDNN = re.compile(r"^nvidia-cudnn-cu(\d+)$")
-_NCCL = re.compile(r"^nvidia-nccl-cu(\d+)$")
-_RUNTIME = re.compile(r"^nvidia-cuda-runtime(?:-cu(\d+))?$")
-
-
-@dataclass(frozen=True)
-class CudaLibs:
-    """CUDA libraries as the resolved wheels pin them (the framework's metadata decides)."""
-
-    cudnn: str | None = None
-    nccl: str | None = None
-    cuda_runtime: str | None = None
-    """nvidia-cuda-runtime(-cuXX) version: "12.8.90" (its major.minor is the CUDA minor)."""
-    cuda_toolkit: str | None = None
-    """The `cuda-toolkit` meta-package version torch >= 2.11 pins: "13.0.2"."""
-
-
-def cuda_libs(packages: Sequence[LockedPackage]) -> CudaLibs:
-    libs: dict[str, str] = {}
-    for p in packages:
-        if _CUDNN.match(p.name):
-            libs["cudnn"] = p.version
-        elif _NCCL.match(p.name):
-            libs["nccl"] = p.version
-        elif _RUNTIME.match(p.name):
-            libs["cuda_runtime"] = p.version
-        elif p.name == "cuda-toolkit":
-            libs["cuda_toolkit"] = p.version
-    return CudaLibs(**libs)
 
 
 def same_release(matrix_value: str, wheel_value: str) -> bool:

@@ -38,6 +38,7 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
+from envbuild.cudawheels import CUDNN_WHEEL, NCCL_WHEEL, RUNTIME_WHEEL, TOOLKIT_WHEEL
 from envbuild.matrix import (
     CudaImage,
     FrameworkBuild,
@@ -287,10 +288,6 @@ def lower_bound(req: Requirement) -> str | None:
 
 # -- CUDA pins -> facts -----------------------------------------------------------------------
 
-_CUDNN = re.compile(r"nvidia-cudnn-cu(\d+)")
-_NCCL = re.compile(r"nvidia-nccl-cu(\d+)")
-_RUNTIME = re.compile(r"nvidia-cuda-runtime(?:-cu(\d+))?")
-
 
 @dataclass(frozen=True)
 class CudaPins:
@@ -324,16 +321,16 @@ def cuda_pins(meta: CoreMetadata, *, extra: str = "", python: str = "3.12") -> C
         if value is None:
             continue
         hit = True
-        if name == "cuda-toolkit":
+        if name == TOOLKIT_WHEEL:
             toolkit = value
             major = Version(value).major
-        elif m := _RUNTIME.fullmatch(name):
+        elif m := RUNTIME_WHEEL.fullmatch(name):
             runtime = value
             major = int(m.group(1)) if m.group(1) else Version(value).major
-        elif m := _CUDNN.fullmatch(name):
+        elif m := CUDNN_WHEEL.fullmatch(name):
             cudnn = value
             major = major or int(m.group(1))
-        elif m := _NCCL.fullmatch(name):
+        elif m := NCCL_WHEEL.fullmatch(name):
             nccl = value
             major = major or int(m.group(1))
         else:
@@ -349,7 +346,7 @@ def toolkit_runtime_pins(toolkits: Mapping[str, CoreMetadata]) -> dict[str, str]
     out: dict[str, str] = {}
     for version, meta in toolkits.items():
         for req in meta.requires_dist:
-            if _RUNTIME.fullmatch(canonicalize_name(req.name)):
+            if RUNTIME_WHEEL.fullmatch(canonicalize_name(req.name)):
                 pin = exact_pin(req)
                 if pin is not None:
                     out[version] = pin

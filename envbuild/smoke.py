@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from envbuild.cudawheels import cuda_libs
 from envbuild.errors import SmokeFailed
 from envbuild.matrix import Matrix
 from envbuild.models import Lock, SmokeSettings
@@ -30,9 +31,6 @@ MIN_FREE_MIB = {1: 512, 2: 4096}
 COLLECTIVE_TIMEOUT_S = 60
 REQUIRED_TIER1 = ("gpu-visible", "cuda-build", "driver-floor", "shm")
 REQUIRED_TIER2 = ("loss-falling", "grads")
-# Packages whose locked version is the library the framework loads (torch/JAX CUDA wheels).
-_CUDNN_PACKAGES = ("nvidia-cudnn-cu13", "nvidia-cudnn-cu12", "nvidia-cudnn-cu11")
-_NCCL_PACKAGES = ("nvidia-nccl-cu13", "nvidia-nccl-cu12", "nvidia-nccl-cu11")
 
 
 @dataclass(frozen=True)
@@ -86,13 +84,6 @@ class SmokeOutcome:
 # --- plan ------------------------------------------------------------------------------------
 
 
-def _locked_version(lock: Lock, names: tuple[str, ...]) -> str | None:
-    for pkg in lock.packages:
-        if pkg.name in names:
-            return pkg.version
-    return None
-
-
 def plan(
     lock: Lock | None,
     *,
@@ -123,8 +114,10 @@ def plan(
         cpu_lock = stack.cuda is None
         if stack.cuda is not None:
             expect["cuda"] = stack.cuda
-            cudnn = _locked_version(lock, _CUDNN_PACKAGES) or stack.cudnn
-            nccl = _locked_version(lock, _NCCL_PACKAGES) or stack.nccl
+            # The locked wheels are the libraries the framework loads (cudawheels).
+            libs = cuda_libs(lock.packages)
+            cudnn = libs.cudnn or stack.cudnn
+            nccl = libs.nccl or stack.nccl
             if cudnn:
                 expect["cudnn"] = cudnn
             if nccl:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from envbuild import pydeps
+from envbuild.cudawheels import cuda_libs
 from envbuild.errors import PinError, UnsatisfiableError
 from envbuild.models import LockedPackage
 from envbuild.pydeps import PinRequest, RunResult
@@ -48,7 +49,7 @@ def test_parse_recorded_uv_output_torch_cu128() -> None:
     # Only the files for cp312 / manylinux x86_64 are in uv's output, one wheel each here.
     assert by["torch"].hashes and all(h.startswith("sha256:") for h in by["torch"].hashes)
     assert all(p.source == "https://pypi.org/simple" for p in pkgs)
-    libs = pydeps.cuda_libs(pkgs)
+    libs = cuda_libs(pkgs)
     assert libs.cudnn == by["nvidia-cudnn-cu12"].version
     assert libs.nccl == by["nvidia-nccl-cu12"].version
     assert libs.cuda_runtime == by["nvidia-cuda-runtime-cu12"].version
@@ -60,7 +61,7 @@ def test_parse_recorded_uv_output_torch_cu130_aarch64() -> None:
     # aarch64 PyPI wheel is CUDA-enabled.
     pkgs = pydeps.parse_pylock(TORCH_2141_ARM.read_text(), _req(python="3.11", platform="aarch64"))
     by = {p.name: p for p in pkgs}
-    libs = pydeps.cuda_libs(pkgs)
+    libs = cuda_libs(pkgs)
     assert libs.cuda_toolkit == by["cuda-toolkit"].version
     assert libs.cudnn == by["nvidia-cudnn-cu13"].version
     assert libs.nccl == by["nvidia-nccl-cu13"].version
