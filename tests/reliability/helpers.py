@@ -211,3 +211,20 @@ def image_exists(ref: str) -> bool:
     import subprocess
 
     return subprocess.run(["docker", "image", "inspect", ref], capture_output=True).returncode == 0
+
+
+def build(image: Path, wheels: Path, tag: str, *extra: str) -> tuple[Outcome, set[str]]:
+    """`envbuild image` on IMAGE (the e2e base, the wheelhouse); returns the outcome and the containers it left (all users)."""
+    before = containers()
+    out = run(
+        "image",
+        str(image),
+        "--base-image",
+        E2E_BASE,
+        "--find-links",
+        str(wheels),
+        "--tag",
+        tag,
+        *extra,
+    )
+    return out, containers() - before

@@ -20,9 +20,8 @@ import pytest
 
 from tests.reliability.helpers import (
     E2E_BASE,
-    Outcome,
     assert_clear_error,
-    containers,
+    build,
     docker_ok,
     image_exists,
     ours,
@@ -44,23 +43,6 @@ def engine() -> Iterator[None]:
     if not docker_ok():
         pytest.skip(f"no Docker engine answers, or {E2E_BASE} is missing (tests/e2e.sh prepare)")
     yield
-
-
-def build(image: Path, wheels: Path, tag: str, *extra: str) -> tuple[Outcome, set[str]]:
-    """`envbuild image` on IMAGE; returns the outcome and the containers it left (all users)."""
-    before = containers()
-    out = run(
-        "image",
-        str(image),
-        "--base-image",
-        E2E_BASE,
-        "--find-links",
-        str(wheels),
-        "--tag",
-        tag,
-        *extra,
-    )
-    return out, containers() - before
 
 
 def lock_sha(image: Path) -> str:

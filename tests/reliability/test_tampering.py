@@ -24,7 +24,7 @@ from tests.reliability.helpers import (
     PROBE_VERSION,
     Outcome,
     assert_clear_error,
-    containers,
+    build,
     copy_example,
     docker_ok,
     image_exists,
@@ -204,19 +204,8 @@ def mismatch(tmp_path_factory: pytest.TempPathFactory) -> Mismatch:
     wrong = "0" * 64 if good != "0" * 64 else "1" * 64
     image = probe_image(root, sha256=wrong)
     tag = f"envbuild-rel/hash:{uuid.uuid4().hex[:12]}"
-    before = containers()
-    out = run(
-        "image",
-        str(image),
-        "--base-image",
-        E2E_BASE,
-        "--find-links",
-        str(wheels),
-        "--allow-cpu",
-        "--tag",
-        tag,
-    )
-    return Mismatch(out, tag, containers() - before, wrong)
+    out, new = build(image, wheels, tag, "--allow-cpu")
+    return Mismatch(out, tag, new, wrong)
 
 
 @pytest.mark.engine

@@ -1,7 +1,7 @@
 """`envbuild validate IMAGE` on the real Docker engine: the lock comes from the image's label,
 the smoke payload runs in a container that is removed afterwards, one verdict.
 
-A tiny CPU image FROM envbuild-e2e/base:bookworm (made by tests/e2e.sh) with a stand-in
+A tiny CPU image FROM envbuild-e2e/base:bookworm (made by tests/e2e.sh; the `engine` fixture is tests/integration/conftest.py's) with a stand-in
 payload (tests/cases/validate/image). Marked `engine`; skipped when no engine answers or the
 base image is missing.
 """
@@ -17,26 +17,12 @@ import pytest
 from envbuild import api
 from envbuild.build import LOCK_LABEL, ROLE_LABEL
 from envbuild.docker_engine import DockerEngine
-from envbuild.errors import EngineError
 from envbuild.lockfile import dumps
 from tests.unit.test_validate import HOSTS, make_lock
 
 pytestmark = pytest.mark.engine
 
 CASE = Path(__file__).resolve().parents[1] / "cases" / "validate" / "image"
-BASE = "envbuild-e2e/base:bookworm"
-
-
-@pytest.fixture(scope="module")
-def engine() -> DockerEngine:
-    eng = DockerEngine()
-    try:
-        eng.ping()
-    except EngineError as err:
-        pytest.skip(f"no Docker engine answers: {err.message}")
-    if not eng.image_exists(BASE):
-        pytest.skip(f"{BASE} is missing: `make e2e` (tests/e2e.sh) builds it")
-    return eng
 
 
 def _build(engine: DockerEngine, outcome: str) -> Iterator[str]:
