@@ -478,8 +478,6 @@ def test_context_tar_is_reproducible_and_sorted() -> None:
 
 
 def test_build_context_holds_everything_the_dockerfile_copies(tmp_path: Path) -> None:
-    smoke = pytest.importorskip("envbuild.smoke")
-    assert hasattr(smoke, "plan")
     from envbuild.matrix import Matrix
 
     wheels = tmp_path / "wheels"
@@ -536,7 +534,6 @@ def test_build_context_refuses_a_local_wheel_source_without_find_links(tmp_path:
 def locked_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """An image folder whose fresh lock is the GPU fixture (load_fresh_text replaced at the
     edge)."""
-    pytest.importorskip("envbuild.smoke")
     from envbuild.matrix import Matrix
 
     image_dir = tmp_path / "img"
