@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from envbuild import console
+from envbuild.commands.options import host_facts
 
 
 def summary_line(facts: dict[str, Any]) -> str:
@@ -42,14 +43,7 @@ def render(doc: dict[str, Any]) -> str:
 
 @click.command("doctor")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object: the host facts + findings.")
-@click.option(
-    "--host-facts",
-    "facts_file",
-    type=click.Path(dir_okay=False, exists=True, path_type=Path),
-    envvar="ENVBUILD_HOST_FACTS",
-    hidden=True,
-    help="Check recorded facts (doctor --json output) instead of probing this host.",
-)
+@host_facts("Check")
 def command(as_json: bool, facts_file: Path | None) -> None:
     """Check this GPU host: driver and NVML, GPUs (ECC, remapped rows, persistence), the
     container engine's NVIDIA runtime or CDI specs, /dev/shm, and which locks in reach

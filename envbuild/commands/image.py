@@ -13,6 +13,7 @@ from typing import Any, TextIO
 import click
 
 from envbuild import console
+from envbuild.commands.options import build_inputs
 from envbuild.errors import SmokeFailed
 
 WIDTH_FALLBACK = 100
@@ -97,26 +98,14 @@ def _print_failure(err: SmokeFailed) -> None:
 @click.command("image")
 @click.argument("image_dir", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--tag", "tag", help="Tag for the passing image [envbuild/<name>:<lock sha>].")
-@click.option("--base-image", help="Replace the locked base image (a mirror or local image).")
 @click.option("--allow-cpu", is_flag=True, help="Run the smoke test's CPU path (no GPU here).")
-@click.option(
-    "--ca-cert",
-    type=click.Path(dir_okay=False, exists=True, path_type=Path),
-    help="PEM bundle the build trusts (corporate proxy).",
-)
-@click.option(
-    "--find-links",
-    type=click.Path(file_okay=False, exists=True, path_type=Path),
-    help="A wheelhouse folder copied into the build; hashes are still checked.",
-)
-@click.option("--index-url", help="A PyPI mirror; hashes are still checked.")
 @click.option(
     "--smoke-timeout",
     type=click.IntRange(min=1),
     help="Seconds before the smoke container is killed [the lock's smoke.timeout_s].",
 )
 @click.option("--keep-failed", is_flag=True, help="Keep the candidate image when smoke fails.")
-@click.option("--buildkit", is_flag=True, help="Build with BuildKit (`docker buildx`).")
+@build_inputs
 @click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")
 def command(
     image_dir: Path,

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from envbuild import console
+from envbuild.commands.options import build_inputs
 
 
 @click.command(
@@ -29,19 +30,7 @@ from envbuild import console
     type=click.Path(path_type=Path),
     help="Also write the whole build context: a folder, or a reproducible .tar file.",
 )
-@click.option("--base-image", metavar="REF", help="Replace the locked base image.")
-@click.option("--buildkit", is_flag=True, help="Use BuildKit features (cache and secret mounts).")
-@click.option(
-    "--ca-cert",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="A proxy's CA certificate (PEM) for apt and pip during the build only.",
-)
-@click.option("--index-url", metavar="URL", help="A package index mirror (hashes still checked).")
-@click.option(
-    "--find-links",
-    type=click.Path(path_type=Path, file_okay=False),
-    help="A wheelhouse folder, copied into the build context (hashes still checked).",
-)
+@build_inputs
 @click.option(
     "--json",
     "as_json",

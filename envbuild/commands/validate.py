@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from envbuild import console
+from envbuild.commands.options import host_facts
 
 
 def render_checks(doc: dict[str, Any]) -> str:
@@ -81,14 +82,7 @@ def render_fleet(doc: dict[str, Any]) -> str:
     type=click.IntRange(min=1),
     help="With --k8s-job: nvidia.com/gpu per pod [the fewest GPUs of a passing host].",
 )
-@click.option(
-    "--host-facts",
-    "facts_file",
-    type=click.Path(dir_okay=False, exists=True, path_type=Path),
-    envvar="ENVBUILD_HOST_FACTS",
-    hidden=True,
-    help="Validate against recorded facts (doctor --json output) instead of this host.",
-)
+@host_facts("Validate against")
 def command(
     target: str | None,
     as_json: bool,
