@@ -3,7 +3,7 @@
 Writes benchmarks/RESULTS.md and benchmarks/results/latest.json. Each figure is a median over
 repeated runs (n is in the table), with the peer measured in the same run, interleaved sample by
 sample so both see the same machine load, and the ratio envbuild / peer. Nothing here is
-asserted: benchmarks report, tests check behaviour (issue 8).
+asserted: benchmarks report, tests check behaviour.
 
 Settings (environment): BENCH_REPEAT (warm samples, default 7), BENCH_COLD_REPEAT (cold lock
 samples, default 3), BENCH_BUILD_REPEAT (warm rebuild samples, default 3), BENCH_LOCK_EXAMPLES
@@ -309,7 +309,7 @@ def bench_resolve(repeat: int) -> Section:
             f"{len(matrix.archs)} GPU architectures x {len(branches)} driver branches "
             f"({', '.join(b.split('.')[0] for b in branches)}; the newest driver of each "
             "branch the matrix names), one pass.",
-            "No peer: none of the tools in reference/peers.md resolves a framework build "
+            "No peer: none of cog, uv, pixi, conda-lock, repo2docker, truss, BentoML or envd resolves a framework build "
             "against GPUs and drivers (cog looks up a fixed table; the others take the "
             "versions as given).",
         ],

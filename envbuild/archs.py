@@ -7,7 +7,7 @@ envbuild installed; tests/unit/test_archs.py checks that both agree on desktop G
 
 Rules (CUDA C++ Programming Guide, "Binary Compatibility" and "PTX Compatibility",
 https://docs.nvidia.com/cuda/cuda-c-programming-guide/#binary-compatibility; arch-specific and
-family targets: CUDA 12.9 release notes and `ptxas --help`, compat-facts.md section 2):
+family targets: CUDA 12.9 release notes and `ptxas --help` of the PyPI nvidia-cuda-nvcc wheels):
 
 - a cubin ``sm_XY`` runs on a GPU of the same major X and minor >= Y (sm_80 runs on 8.6 and
   8.9; sm_86 does not run on 8.0; sm_90 does not run on 10.0 or 12.0);
@@ -179,3 +179,22 @@ def coverage(
         if new is not None:
             return _coverage_one(build, new, rules.tegra)
     return how
+
+
+def arch_coverage(
+    archs: Sequence[str], cc: str, rules: ArchRules | None = None
+) -> tuple[Literal["cubin", "ptx", "none"], str]:
+    """How a build's archs cover a device: a cubin, else PTX to JIT, else nothing (`coverage`,
+    the rule the resolver uses). Names that are not architectures (a hand-edited lock) are
+    ignored."""
+    valid = [a for a in archs if _is_arch(a)]
+    how, arch = coverage(valid, cc, rules or ArchRules())
+    return (how or "none", arch or "")
+
+
+def _is_arch(text: str) -> bool:
+    try:
+        parse_arch(text)
+    except ValueError:
+        return False
+    return True

@@ -1,10 +1,10 @@
 """Build -> smoke in the container -> evaluate -> tag only on pass, over any `ContainerEngine`.
 
 No docker here and no printing: the engine does the I/O, the caller passes a progress callback
-and a `judge` that turns the container's output into a verdict (`api.build_image` wires in
-`envbuild.smoke.parse_report`/`evaluate`). Unit tests drive this with a fake engine.
+and a `judge` that turns the container's output into a verdict (`envbuild.app.image` wires
+in `envbuild.smoke.judge`). Unit tests drive this with a fake engine.
 
-Guarantees (issue 5; issue 9 item 4): the tag is written only after a passing smoke report;
+Guarantees: the tag is written only after a passing smoke report;
 every smoke container is removed by the engine; on failure or Ctrl-C the candidate image is
 removed unless `keep_failed`; the final image carries `envbuild.lock`, `envbuild.lock.sha256`
 and `envbuild.smoke.report` (compact JSON with "ok": true).
@@ -19,7 +19,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from envbuild.engine import ContainerEngine, ProgressFn, RunResult, RunSpec, gpu_missing_message
+from envbuild.buildlog import pip_hash_mismatch_message
+from envbuild.engine import ContainerEngine, ProgressFn, RunResult, RunSpec
 from envbuild.errors import (
     BuildError,
     EngineError,
@@ -28,6 +29,8 @@ from envbuild.errors import (
     SmokeFailed,
     UserError,
 )
+from envbuild.gpu_attach import Attachment, GpuChoice, unavailable_message
+from envbuild.smoke import SmokeJudgement, payload_command
 
 LOCK_LABEL = "envbuild.lock"
 LOCK_SHA_LABEL = "envbuild.lock.sha256"
@@ -35,21 +38,14 @@ REPORT_LABEL = "envbuild.smoke.report"
 ROLE_LABEL = "envbuild.role"
 """Every smoke container carries `envbuild.role=smoke`: `docker ps -a --filter label=...`."""
 
-PAYLOAD_DIR = "/opt/envbuild/payload"
-PLAN_PATH = "/opt/envbuild/plan.json"
 STDERR_TAIL_LINES = 30
 LOCK_LABEL_MAX_BYTES = 256 * 1024
 """docker-py sends build-API labels in the request URL; Docker 20.10 answered a 900 KiB label
 with "431 Request Header Fields Too Large" and took 400 KiB (measured while writing this module)."""
 DEFAULT_SHM_MIB = 2048
 """Docker's default /dev/shm is 64 MB; DataLoader workers and NCCL need far more
-(reference/reliability-performance.md, "/dev/shm too small")."""
-
-
-def smoke_command(*, allow_cpu: bool) -> tuple[str, ...]:
-    """The payload as the contract runs it: the venv's python (on PATH) and the image's plan."""
-    cmd: tuple[str, ...] = ("python", PAYLOAD_DIR, "--plan", PLAN_PATH)
-    return (*cmd, "--allow-cpu") if allow_cpu else cmd
+(https://docs.docker.com/reference/cli/docker/container/run/#shm-size; NCCL's
+troubleshooting page names /dev/shm as the cause of its "Bus error" failures)."""
 
 
 def default_tag(name: str, lock_sha256: str) -> str:
@@ -60,18 +56,6 @@ def default_tag(name: str, lock_sha256: str) -> str:
 def shm_mib_for(min_shm_mib: int) -> int:
     """At least what the plan needs (the payload asserts it), and never below 2 GiB."""
     return max(DEFAULT_SHM_MIB, min_shm_mib)
-
-
-@dataclass(frozen=True)
-class SmokeJudgement:
-    """What a `judge` concluded from one smoke run."""
-
-    ok: bool
-    report: Mapping[str, Any]
-    """The payload's report (the JSON after ENVBUILD-SMOKE-REPORT)."""
-    failed: tuple[Mapping[str, str], ...] = ()
-    """{"name", "figure", "hint"} of each failed check; hint = what usually fixes it."""
-    summary: str = ""
 
 
 Judge = Callable[[RunResult], SmokeJudgement]
@@ -97,6 +81,8 @@ class ImageJob:
     """The base actually built from (== locked unless --base-image replaced it)."""
     keep_failed: bool = False
     extra_labels: Mapping[str, str] = field(default_factory=dict)
+    gpu: GpuChoice = field(default_factory=GpuChoice)
+    """How to attach GPUs (auto: gpu_attach.choose decides) and which ones."""
 
 
 @dataclass(frozen=True)
@@ -112,6 +98,14 @@ class ImageOutcome:
     build_s: float
     smoke_s: float
     job: ImageJob
+    builder: str = ""
+    """Which builder ran (`BuildResult.builder`)."""
+    pushed: Mapping[str, str] | None = None
+    """{"ref", "digest", "repo_digest"} after `--push`; None when not pushed."""
+    gpu_attach: Mapping[str, Any] | None = None
+    """How the smoke container got its GPUs (`Attachment.to_json()`); None: no GPU."""
+    saved: Mapping[str, Any] | None = None
+    """{"path", "bytes", "format"} after `--save`; None when not saved."""
 
     def to_json(self) -> dict[str, Any]:
         """The `envbuild image --json` document on success (docs/image-json.md)."""
@@ -134,12 +128,19 @@ class ImageOutcome:
             "smoke_s": self.smoke_s,
             "smoke": dict(self.report),
             "smoke_summary": self.summary,
+            "builder": self.builder,
+            "pushed": dict(self.pushed) if self.pushed is not None else None,
+            "saved": dict(self.saved) if self.saved is not None else None,
+            "gpu_attach": dict(self.gpu_attach) if self.gpu_attach is not None else None,
         }
 
 
-def report_label(report: Mapping[str, Any], job: ImageJob) -> str:
+def report_label(
+    report: Mapping[str, Any], job: ImageJob, gpu_attach: Attachment | None = None
+) -> str:
     """The `envbuild.smoke.report` label: compact, sorted JSON with "ok": true, and what the
-    image was built from (a replaced base is recorded here, issue 5 item 4)."""
+    image was built from (a replaced base is recorded here) and how the smoke test got its
+    GPUs."""
     data = dict(report)
     data["ok"] = True
     data["envbuild"] = {
@@ -148,11 +149,16 @@ def report_label(report: Mapping[str, Any], job: ImageJob) -> str:
         "lock_sha256": job.lock_sha256,
         "allow_cpu": job.allow_cpu,
     }
+    if gpu_attach is not None:
+        attached = gpu_attach.to_json()
+        attached.pop("checks")
+        data["envbuild"]["gpu_attach"] = attached
     return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
 
-def preflight(engine: ContainerEngine, job: ImageJob) -> None:
-    """Fail before a long build when the smoke test could never pass on this engine."""
+def preflight(engine: ContainerEngine, job: ImageJob) -> Attachment | None:
+    """Fail before a long build when the smoke test could never pass on this engine; the way
+    its GPUs will be attached (None: the smoke test runs without a GPU)."""
     size = len(job.lock_text.encode())
     if size > LOCK_LABEL_MAX_BYTES:
         raise UserError(
@@ -162,13 +168,17 @@ def preflight(engine: ContainerEngine, job: ImageJob) -> None:
             fields={"lock_bytes": size},
         )
     engine.ping()
-    if job.needs_gpu and not job.allow_cpu and not engine.has_nvidia_runtime():
-        message, hint = gpu_missing_message()
+    if not job.needs_gpu or job.allow_cpu:
+        return None
+    attach = engine.gpu_attach(want=job.gpu.want, devices=job.gpu.devices)
+    if not attach.ok:
+        message, hint = unavailable_message(attach)
         raise GpuUnavailableError(
             f"{job.name or 'this'} is a GPU image and its smoke test needs a GPU, but {message}",
             hint=hint,
-            fields={"tag": None, "stage": "preflight"},
+            fields={"tag": None, "stage": "preflight", "gpu_attach": attach.to_json()},
         )
+    return attach
 
 
 def _tail(text: str, n: int = STDERR_TAIL_LINES) -> list[str]:
@@ -227,8 +237,6 @@ def _explain_hash_mismatch(err: BuildError, job: ImageJob) -> BuildError:
     """A build that failed on pip's `--require-hashes` gets the lock's explanation: the index
     may have re-uploaded the wheel (the PyTorch index has), not only tampering. Engine-neutral:
     it reads the step output every engine puts into the error's fields."""
-    from envbuild.lockfile import pip_hash_mismatch_message
-
     tail = err.fields.get("log_tail") or ()
     text = "\n".join([str(err.fields.get("engine_message", "")), *map(str, tail)])
     explained = pip_hash_mismatch_message(text)
@@ -251,7 +259,7 @@ def build_and_verify(
     progress: ProgressFn,
 ) -> ImageOutcome:
     """Build a candidate, smoke-test it in a container, and tag it only when the test passes."""
-    preflight(engine, job)
+    attach = preflight(engine, job)
     labels = {LOCK_LABEL: job.lock_text, LOCK_SHA_LABEL: job.lock_sha256, **job.extra_labels}
     started = time.monotonic()
     try:
@@ -260,11 +268,15 @@ def build_and_verify(
         raise _explain_hash_mismatch(err, job) from None
     build_s = round(time.monotonic() - started, 3)
     candidate = built.image_id
-    progress(f"candidate {candidate} built in {build_s:.0f} s; running the smoke test")
+    progress(
+        f"candidate {candidate} built in {build_s:.0f} s by {built.builder or engine.name}; "
+        "running the smoke test"
+    )
     spec = RunSpec(
         image=candidate,
-        command=smoke_command(allow_cpu=job.allow_cpu),
-        gpus=job.needs_gpu and not job.allow_cpu,
+        command=payload_command(allow_cpu=job.allow_cpu),
+        gpus=attach is not None,
+        gpu_attach=attach,
         shm_size=f"{job.shm_mib}m",
         timeout_s=job.timeout_s,
         labels={ROLE_LABEL: "smoke", LOCK_SHA_LABEL: job.lock_sha256},
@@ -290,7 +302,7 @@ def build_and_verify(
                 judgement = SmokeJudgement(ok=False, report=judgement.report, summary=why)
             raise _smoke_failure(job, result, candidate, job.keep_failed, judgement, why)
         assert judgement is not None
-        label = report_label(judgement.report, job)
+        label = report_label(judgement.report, job, attach)
         image_id = engine.tag(
             candidate, job.tag, labels={REPORT_LABEL: label, LOCK_SHA_LABEL: job.lock_sha256}
         )
@@ -319,4 +331,6 @@ def build_and_verify(
         build_s=build_s,
         smoke_s=result.duration_s,
         job=job,
+        builder=built.builder,
+        gpu_attach=attach.to_json() if attach is not None else None,
     )

@@ -1,4 +1,4 @@
-"""The command line: parse, call one keyword-only API function, print.
+"""The command line: parse, call one use case (`envbuild.app`), print.
 
 Commands live one per module in `envbuild/commands/` and are imported only when invoked, so
 `envbuild --help` starts without importing jinja2, tomlkit, docker, pynvml or torch. This is
@@ -7,17 +7,15 @@ the one place that maps errors to exit codes (see `envbuild.errors`).
 
 from __future__ import annotations
 
-import difflib
-import importlib
 import json
 import os
 import sys
-from collections.abc import Iterable
 from typing import Any
 
 import click
 
 from envbuild import __version__
+from envbuild.commands.lazy import LazyGroup
 from envbuild.errors import EnvbuildError
 
 # name -> (module, one-line help). Help is duplicated here so `--help` needs no imports.
@@ -70,16 +68,6 @@ def report_usage_error(err: click.UsageError) -> None:
     click.echo(json.dumps(doc, sort_keys=True))
 
 
-def no_such_command(ctx: click.Context, name: str, known: Iterable[str]) -> click.UsageError:
-    """The "No such command" error with the closest names (Click's own suggestions read
-    `self.commands`, which lazy groups leave empty)."""
-    close = difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.6)
-    message = f"No such command {name!r}."
-    if close:
-        message += " Did you mean " + " or ".join(repr(c) for c in close) + "?"
-    return click.UsageError(message, ctx=ctx)
-
-
 def _silence_stdout() -> None:
     # Python's documented recipe for SIGPIPE: point stdout at devnull so the interpreter's
     # final flush does not raise again (docs.python.org/3/library/signal.html#note-on-sigpipe).
@@ -87,35 +75,8 @@ def _silence_stdout() -> None:
     os.dup2(devnull, sys.stdout.fileno())
 
 
-class LazyGroup(click.Group):
-    """Imports a command's module only when that command runs."""
-
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(COMMANDS)
-
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        entry = COMMANDS.get(cmd_name)
-        if entry is None:
-            return None
-        if ctx.resilient_parsing or "--help" in sys.argv[1:2]:
-            # `envbuild --help` lists commands without importing them.
-            return click.Command(cmd_name, help=entry[1], short_help=entry[1])
-        module = importlib.import_module(entry[0])
-        command: click.Command = module.command
-        return command
-
-    def resolve_command(
-        self, ctx: click.Context, args: list[str]
-    ) -> tuple[str | None, click.Command | None, list[str]]:
-        name = args[0] if args else ""
-        if name and not name.startswith("-") and name not in COMMANDS:
-            raise no_such_command(ctx, name, COMMANDS)
-        return super().resolve_command(ctx, args)
-
-    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        rows = [(name, COMMANDS[name][1]) for name in self.list_commands(ctx)]
-        with formatter.section("Commands"):
-            formatter.write_dl(rows)
+class EnvbuildGroup(LazyGroup):
+    """The top-level group: lazy commands, and the one place errors become exit codes."""
 
     def invoke(self, ctx: click.Context) -> Any:
         # Read before invoking: click empties ctx.args once the subcommand is resolved.
@@ -156,7 +117,9 @@ def _wants_json(ctx: click.Context) -> bool:
     return "--json" in raw or "--json" in sys.argv[1:]
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=EnvbuildGroup, table=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]}
+)
 @click.version_option(__version__, prog_name="envbuild")
 def cli() -> None:
     """envbuild: GPU training images that run on your hosts.

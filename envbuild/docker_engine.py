@@ -11,7 +11,6 @@ import contextlib
 import io
 import os
 import re
-import shutil
 import tarfile
 import time
 import uuid
@@ -25,7 +24,7 @@ import docker.errors
 import requests.exceptions
 from docker.types import DeviceRequest
 
-from envbuild.engine import BuildResult, ProgressFn, RunResult, RunSpec, gpu_missing_message
+from envbuild.engine import BuildResult, ProgressFn, RunResult, RunSpec
 from envbuild.errors import (
     BuildError,
     DiskFullError,
@@ -33,8 +32,21 @@ from envbuild.errors import (
     GpuUnavailableError,
     UserError,
 )
+from envbuild.gpu_attach import (
+    ALL,
+    ATTACH_HINT,
+    Attachment,
+    EngineGpuFacts,
+    choose,
+    engine_facts,
+    unavailable_message,
+)
+from envbuild.hostinfo import parse_docker_info, probe_cdi, probe_toolkit
 
 LOG_TAIL_LINES = 25
+PODMAN_CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
+"""Where Podman reads CDI specs (github.com/cncf-tags/container-device-interface, spec dirs)."""
+_PUSHED_RE = re.compile(r"digest: (sha256:[0-9a-f]{64})")
 POLL_S = 0.25
 STEP_LINE_MAX = 160
 
@@ -54,14 +66,32 @@ _PULL_FAILURES = (
     "context deadline exceeded",
     "x509:",
 )
-# Docker's message when `--gpus`/DeviceRequest finds no NVIDIA device driver
-# (moby daemon/devices.go: `could not select device driver %q with capabilities: %v`).
-_NO_GPU_DRIVER = "could not select device driver"
+# What the engine answers when the GPU attach way it was given does not work: `--gpus` without
+# an NVIDIA device driver (moby daemon/devices.go: `could not select device driver %q with
+# capabilities: %v`), CDI devices no spec names (`unresolvable CDI devices`), CDI off
+# (`CDI device injection is disabled`), no such runtime (`unknown or invalid runtime name`;
+# Docker 20.10: `Unknown runtime specified nvidia`),
+# the toolkit's legacy hook failing (`nvidia-container-cli`).
+_GPU_REFUSALS = (
+    "could not select device driver",
+    "unresolvable CDI devices",
+    "CDI device injection",
+    "unknown or invalid runtime name",
+    "Unknown runtime specified",
+    "nvidia-container-cli",
+)
 
 DAEMON_HINT = (
     "start the engine (`sudo systemctl start docker`, or `sudo dockerd &`), check DOCKER_HOST "
     "(now {host}), and that you may use its socket (`docker info`; add yourself to the `docker` "
     "group)"
+)
+
+
+PODMAN_HINT = (
+    "start Podman's API service (`sudo systemctl start podman.socket`; rootless: `systemctl "
+    "--user start podman.socket`; or `podman system service --time=0 {host} &`), or point "
+    "CONTAINER_HOST at it"
 )
 
 
@@ -187,6 +217,7 @@ class DockerEngine:
     def __init__(self, *, base_url: str | None = None) -> None:
         self._base_url = base_url
         self._client: Any = None
+        self._server: tuple[str, str] | None = None
 
     # --- connection --------------------------------------------------------------------------
 
@@ -197,9 +228,10 @@ class DockerEngine:
             message = f"permission denied on the Docker engine socket at {host}"
         else:
             message = f"cannot reach the Docker engine at {host}"
+        hint = PODMAN_HINT.format(host=host) if "podman" in host else DAEMON_HINT.format(host=host)
         return EngineError(
             message,
-            hint=DAEMON_HINT.format(host=host),
+            hint=hint,
             fields={"docker_host": host, "reason": reason[-500:]},
         )
 
@@ -273,7 +305,7 @@ class DockerEngine:
         image_id = stream.image_id
         if not image_id.startswith("sha256:"):
             image_id = self._call("inspect the built image", self.client.images.get, image_id).id
-        return BuildResult(image_id=image_id, log_tail=tuple(stream.tail))
+        return BuildResult(image_id=image_id, log_tail=tuple(stream.tail), builder=self.builder())
 
     # --- run ---------------------------------------------------------------------------------
 
@@ -289,27 +321,24 @@ class DockerEngine:
             # the container object, but the name still finds it for removal.
             "name": f"envbuild-smoke-{uuid.uuid4().hex[:16]}",
         }
+        attached: dict[str, Any] | None = None
         if spec.gpus:
-            kwargs["device_requests"] = [DeviceRequest(count=-1, capabilities=[["gpu"]])]
+            attachment = spec.gpu_attach or self.gpu_attach()
+            attached = attachment.to_json()
+            if not attachment.ok:
+                message, hint = unavailable_message(attachment)
+                raise GpuUnavailableError(
+                    message, hint=hint, fields={"gpu_attach": attachment.to_json()}
+                )
+            kwargs.update(attach_kwargs(attachment, spec.environment))
         container: Any = None
         started = time.monotonic()
         try:
-            container = self._call(
-                "create the smoke container", self.client.containers.create, **kwargs
-            )
             try:
+                container = self._create(kwargs)
                 container.start()
             except docker.errors.APIError as exc:
-                text = str(exc.explanation or exc)
-                if _NO_GPU_DRIVER in text or "nvidia-container-cli" in text:
-                    message, hint = gpu_missing_message()
-                    raise GpuUnavailableError(
-                        message, hint=hint, fields={"engine_message": text}
-                    ) from None
-                raise EngineError(
-                    f"the engine could not start the smoke container: {text}",
-                    hint="check `docker info` and the engine's log",
-                ) from None
+                raise _start_error(exc, gpu_attach=attached) from None
             timed_out = False
             exit_code: int | None = None
             while True:
@@ -407,44 +436,215 @@ class DockerEngine:
             raise self._daemon_error(exc) from None
         return True
 
+    def image_ids(self, ref: str, *, pull: bool = True) -> tuple[str, str | None]:
+        """(image id, registry digest or None) of `ref`, pulled first when the engine lacks
+        it. The digest is the one the registry stored for `ref`'s repository (RepoDigests);
+        an image built or imported here has none."""
+        try:
+            image = self.client.images.get(ref)
+        except docker.errors.ImageNotFound:
+            if not pull:
+                raise UserError(f"no image {ref} in the engine") from None
+            image = self._pull(ref)
+        except requests.exceptions.ConnectionError as exc:
+            raise self._daemon_error(exc) from None
+        repo = ref.split("@", 1)[0]
+        if ":" in repo.rsplit("/", 1)[-1]:  # a tag, not a registry port
+            repo = repo.rsplit(":", 1)[0]
+        digests = [d for d in image.attrs.get("RepoDigests") or [] if d.split("@")[0] == repo]
+        return str(image.id), (digests[0].split("@", 1)[1] if digests else None)
+
+    def _pull(self, ref: str) -> Any:
+        try:
+            return self.client.images.pull(ref)
+        except docker.errors.APIError as exc:
+            raise UserError(
+                f"the base image {ref} is not in the engine and could not be pulled: "
+                f"{exc.explanation or exc}",
+                hint="pull or load it first (`docker pull`, `docker load`), or check the name",
+            ) from None
+        except requests.exceptions.ConnectionError as exc:
+            raise self._daemon_error(exc) from None
+
     def containers(self, label: str) -> list[str]:
         found = self._call(
             "list containers", self.client.containers.list, all=True, filters={"label": label}
         )
         return sorted(str(c.id) for c in found)
 
-    def has_nvidia_runtime(self) -> bool:
+    # --- which engine, which builder ------------------------------------------------------
+
+    def server(self) -> tuple[str, str]:
+        """("Docker", "20.10.24+dfsg1") or ("Podman", "4.3.1"): who answers on the socket
+        (Podman's Docker-compatible API names itself in `GET /version`'s Components)."""
+        if self._server is None:
+            info: dict[str, Any] = self._call("report its version", self.client.version)
+            names = [str(c.get("Name", "")) for c in info.get("Components") or ()]
+            product = "Podman" if any("podman" in n.lower() for n in names) else "Docker"
+            self._server = (product, str(info.get("Version") or "?"))
+        return self._server
+
+    @property
+    def is_podman(self) -> bool:
+        return self.server()[0] == "Podman"
+
+    def builder(self) -> str:
+        """The builder behind the build API, in words (`envbuild image` prints it)."""
+        product, version = self.server()
+        if product == "Podman":
+            return f"Buildah (Podman {version}, Docker-compatible API)"
+        return f"classic builder (Docker {version})"
+
+    def _create(self, kwargs: dict[str, Any]) -> Any:
+        """`containers.create`, except for CDI devices on Podman: its Docker-compatible API
+        drops a CDI DeviceRequest without an error and refuses CDI names in `Devices`
+        (measured, Podman 4.3.1), so the container is created through Podman's own API, which
+        takes them (docs.podman.io/en/latest/_static/api.html, ContainerCreateLibpod)."""
+        requests_ = kwargs.get("device_requests") or []
+        cdi = [d for r in requests_ if r.get("Driver") == "cdi" for d in r.get("DeviceIDs") or ()]
+        if not (cdi and self.is_podman):
+            return self.client.containers.create(**kwargs)
+        spec = {
+            "name": kwargs["name"],
+            "image": kwargs["image"],
+            "command": list(kwargs["command"]),
+            "env": dict(kwargs.get("environment") or {}),
+            "labels": dict(kwargs.get("labels") or {}),
+            "shm_size": docker.utils.parse_bytes(kwargs["shm_size"]),
+            "devices": [{"path": d} for d in cdi],
+        }
+        api = self.client.api
+        resp = api.post(f"{api.base_url}/v4.0.0/libpod/containers/create", json=spec)
+        if resp.status_code >= 400:
+            raise docker.errors.APIError(resp.text, response=resp, explanation=resp.text)
+        return self.client.containers.get(resp.json()["Id"])
+
+    # --- registry and archive -----------------------------------------------------------
+
+    def push(self, image: str, ref: str, *, progress: ProgressFn) -> str:
+        """Tag `image` as `ref` and push it; the digest the registry stored. Retrying is the
+        engine's: dockerd retries each layer upload 5 times (measured on 20.10: a registry
+        answering 503 is asked 5 times over about 50 s, "Retrying in N seconds") and stops at
+        once on answers that retrying cannot fix (401/403, 429 `toomanyrequests`)."""
+        from envbuild.registry import push_error, split_tag
+
+        repo, tag = split_tag(ref)
+        self._call("tag the image for the push", self.client.api.tag, image, repo, tag)
+        digest = ""
+        try:
+            for chunk in self.client.api.push(repo, tag=tag, stream=True, decode=True):
+                if "error" in chunk or "errorDetail" in chunk:
+                    detail = chunk.get("errorDetail") or {}
+                    raise push_error(ref, str(chunk.get("error") or detail.get("message")))
+                aux = chunk.get("aux")
+                if isinstance(aux, Mapping) and str(aux.get("Digest", "")).startswith("sha256:"):
+                    digest = str(aux["Digest"])
+                status = str(chunk.get("status") or "")
+                # Podman's compatible API sends no aux; its status line has the digest.
+                found = _PUSHED_RE.search(status)
+                if found and not digest:
+                    digest = found.group(1)
+                if status and not chunk.get("progress"):
+                    ident = chunk.get("id")
+                    progress(f"{ident}: {status}" if ident else status)
+        except docker.errors.APIError as exc:
+            raise push_error(ref, str(exc.explanation or exc)) from None
+        except requests.exceptions.ConnectionError as exc:
+            raise self._daemon_error(exc) from None
+        if not digest:
+            raise push_error(ref, "the engine finished the push without reporting a digest")
+        return digest
+
+    def save(self, ref: str, dest: Path) -> int:
+        """`docker save REF` into `dest` (a docker-archive: what `apptainer build x.sif
+        docker-archive://FILE` and `podman load` read), streamed and written atomically."""
+        from envbuild.fsio import write_atomic
+
+        try:
+            chunks = self.client.api.get_image(ref)
+            write_atomic(dest, chunks)
+        except docker.errors.ImageNotFound:
+            raise UserError(f"no image {ref} in the engine to save") from None
+        except docker.errors.APIError as exc:
+            raise EngineError(
+                f"the engine could not export {ref}: {exc.explanation or exc}",
+                hint="check the engine's log and the free space where the archive goes",
+            ) from None
+        except requests.exceptions.ConnectionError as exc:
+            raise self._daemon_error(exc) from None
+        except OSError as exc:
+            raise UserError(
+                f"cannot write {dest}: {exc.strerror or exc}",
+                hint="pass --save a path in a writable folder with room for the whole image",
+            ) from None
+        return dest.stat().st_size
+
+    # --- GPUs ----------------------------------------------------------------------------
+
+    def gpu_facts(self) -> EngineGpuFacts:
+        """What `gpu_attach.choose` needs: `docker info`, and for a local engine the CDI
+        specs in the folders it reads and the toolkit's hook on this machine."""
         info: dict[str, Any] = self._call("report its configuration", self.client.info)
-        return nvidia_available(info, local=_is_local(self._base_url or docker_host()))
+        engine = parse_docker_info(info)
+        engine["local"] = _is_local(self._base_url or docker_host())
+        if self.is_podman:
+            # Podman attaches GPUs through CDI only (its `--gpus` and runtimes are not the
+            # nvidia ones) and reads the specs in CDI's default folders, which /info omits.
+            engine["cdi_spec_dirs"] = engine["cdi_spec_dirs"] or list(PODMAN_CDI_DIRS)
+            engine["runtimes"] = []
+        specs = probe_cdi(engine["cdi_spec_dirs"] or ()) if engine["local"] else []
+        hook = probe_toolkit()["nvidia_container_runtime_hook"] if engine["local"] else None
+        hook = None if self.is_podman else hook
+        return engine_facts(engine, cdi_specs=specs, runtime_hook=hook)
+
+    def gpu_attach(self, *, want: str = "auto", devices: tuple[str, ...] = (ALL,)) -> Attachment:
+        return choose(self.gpu_facts(), want=want, devices=devices)
+
+    def has_nvidia_runtime(self) -> bool:
+        return self.gpu_attach().ok
+
+
+def _start_error(
+    exc: docker.errors.APIError, *, gpu_attach: dict[str, Any] | None
+) -> EngineError | GpuUnavailableError:
+    """A refused create/start: exit 7 when it is the GPU attach way that failed."""
+    text = str(exc.explanation or exc)
+    if gpu_attach is not None and any(m in text for m in _GPU_REFUSALS):
+        return GpuUnavailableError(
+            f"the engine refused to attach NVIDIA GPUs through {gpu_attach['way']} "
+            f"({gpu_attach['reason']}): {text.strip()}",
+            hint=ATTACH_HINT,
+            fields={"engine_message": text, "gpu_attach": gpu_attach},
+        )
+    return EngineError(
+        f"the engine could not start the smoke container: {text}",
+        hint="check `docker info` and the engine's log",
+        fields={"engine_message": text},
+    )
 
 
 def _is_local(host: str) -> bool:
     return host.startswith("unix://") or host.startswith("npipe://")
 
 
-CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
-
-
-def nvidia_available(info: Mapping[str, Any], *, local: bool) -> bool:
-    """Whether the engine described by `docker info` can attach NVIDIA GPUs.
-
-    Three ways exist: the `nvidia` runtime registered in daemon.json (`Runtimes`); Docker's
-    built-in `nvidia` device driver, present when `nvidia-container-runtime-hook` is on the
-    daemon's PATH (what `--gpus` uses); CDI specs for `nvidia.com/gpu` (Docker 25+ with CDI on,
-    `CDISpecDirs` in `docker info`). Sources: NVIDIA Container Toolkit install guide,
-    docs.docker.com/engine/containers/resource_constraints/#gpu, reference/peers.md A4.
-    The hook and spec checks read this machine's files, so they only count for a local engine.
-    """
-    runtimes = info.get("Runtimes") or {}
-    if any("nvidia" in str(name).lower() for name in runtimes):
-        return True
-    if not local:
-        return False
-    if shutil.which("nvidia-container-runtime-hook"):
-        return True
-    spec_dirs = [str(d) for d in (info.get("CDISpecDirs") or ())] or list(CDI_DIRS)
-    for folder in spec_dirs:
-        path = Path(folder)
-        if path.is_dir() and any(p.name.startswith("nvidia") for p in path.iterdir()):
-            return True
-    return False
+def attach_kwargs(attachment: Attachment, environment: Mapping[str, str]) -> dict[str, Any]:
+    """docker-py `containers.create` arguments for one attach way (gpu_attach.py says which
+    works where). `--gpus` with devices names them as `device_ids`, as `docker run --gpus
+    '"device=0,1"'` does."""
+    devices = list(attachment.devices)
+    every = devices == [ALL]
+    if attachment.way == "cdi":
+        requests_ = [DeviceRequest(driver="cdi", device_ids=attachment.cdi_device_ids())]
+        return {"device_requests": requests_}
+    if attachment.way == "gpus":
+        if every:
+            return {"device_requests": [DeviceRequest(count=-1, capabilities=[["gpu"]])]}
+        return {"device_requests": [DeviceRequest(device_ids=devices, capabilities=[["gpu"]])]}
+    # The nvidia runtime reads the devices and driver capabilities from the environment
+    # (docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/docker-specialized.html).
+    env = {
+        "NVIDIA_DRIVER_CAPABILITIES": "compute,utility",
+        **environment,
+        "NVIDIA_VISIBLE_DEVICES": ",".join(devices),
+    }
+    return {"runtime": attachment.runtime or "nvidia", "environment": env}

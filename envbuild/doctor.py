@@ -4,7 +4,7 @@ Input: the facts object of `hostinfo.probe_facts()` (or one recorded with `docto
 Output: findings {check, status ok|problem|info, detail, next_step}. `problem` means the host
 needs fixing before GPU images run reliably (exit 1); `info` is worth knowing but blocks
 nothing. The checks follow DCGM's "software" tier (NVML loads, persistence mode, page
-retirement / row remapping, ECC; see ../shared/reference/reliability-performance.md A1) plus
+retirement / row remapping, ECC; https://github.com/NVIDIA/DCGM nvvs/src/NvidiaValidationSuite.cpp) plus
 the container-side failures users hit: library/module mismatch, no NVIDIA runtime or CDI
 spec, a stale CDI spec, a 64 MB /dev/shm.
 """
@@ -18,9 +18,11 @@ from typing import Any, Literal
 from packaging.version import Version
 
 from envbuild.archs import ArchRules
-from envbuild.hostinfo import host_from_facts
+from envbuild.gpu_attach import choose, from_host_facts, unavailable_message
+from envbuild.hostinfo import NO_DRIVER_ERRORS, host_from_facts, no_gpu_error
+from envbuild.matrix import Matrix
 from envbuild.models import Lock
-from envbuild.validate import Verdict, preflight
+from envbuild.validate import Verdict, gpu_cc_of, preflight
 from envbuild.versions import try_version
 
 FindingStatus = Literal["ok", "problem", "info"]
@@ -30,7 +32,8 @@ MIN_SHM_MIB = 1024
 `SmokeSettings.min_shm_mib`. Docker's default /dev/shm is 64 MB."""
 
 # Minor-version-compatibility floors of the CUDA 12 and 13 majors (NVIDIA CUDA Compatibility
-# guide; ../shared/DESIGN.md "Decisions already measured"). Below the first, no current
+# guide, https://docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility.html).
+# Below the first, no current
 # framework build runs: they are all CUDA 12 or 13.
 CUDA12_MVC_FLOOR = "525.60.13"
 CUDA13_FLOOR = "580"
@@ -42,12 +45,6 @@ RELOAD_MODULES = (
 CDI_GENERATE = (
     "sudo nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml "
     "(or `sudo systemctl restart nvidia-cdi-refresh` with toolkit >= 1.18)"
-)
-INSTALL_TOOLKIT = (
-    "install the NVIDIA Container Toolkit, then `sudo nvidia-ctk runtime configure "
-    "--runtime=docker && sudo systemctl restart docker` (or generate a CDI spec: "
-    + CDI_GENERATE
-    + ")"
 )
 
 
@@ -67,6 +64,21 @@ def _driver_findings(driver: Mapping[str, Any]) -> list[Finding]:
                 f"Driver/library version mismatch: NVML library {lib or '?'}, kernel module "
                 f"{mod or '?'} (driver packages were upgraded without a reboot)",
                 RELOAD_MODULES,
+            )
+        )
+    elif err in NO_DRIVER_ERRORS:
+        out.append(
+            Finding(
+                "gpus",
+                "problem",
+                "cannot look for NVIDIA GPUs: the Python package nvidia-ml-py is not installed"
+                if err == "PynvmlMissing"
+                else f"this machine has no NVIDIA GPU (no NVIDIA driver: NVML says {err})",
+                "pip install nvidia-ml-py, then run `envbuild doctor` again"
+                if err == "PynvmlMissing"
+                else "if this machine has an NVIDIA GPU: install its driver (or load the kernel "
+                "module) and check that `nvidia-smi` lists it; otherwise run GPU images on a GPU "
+                "host (CPU images run here)",
             )
         )
     elif err:
@@ -257,7 +269,6 @@ def _engine_findings(facts: Mapping[str, Any]) -> list[Finding]:
             )
     else:
         runtimes = list(engine.get("runtimes") or [])
-        nvidia = [r for r in runtimes if "nvidia" in r]
         out.append(
             Finding(
                 "engine",
@@ -266,37 +277,19 @@ def _engine_findings(facts: Mapping[str, Any]) -> list[Finding]:
                 f"{', '.join(runtimes) or 'none'}",
             )
         )
-        if not nvidia and not cdi:
-            out.append(
-                Finding(
-                    "gpu-runtime",
-                    "problem",
-                    "the engine has no NVIDIA runtime and there is no CDI spec: containers "
-                    'cannot see the GPUs (`could not select device driver "" with '
-                    "capabilities: [[gpu]]`)",
-                    INSTALL_TOOLKIT,
-                )
-            )
-        elif not nvidia and not engine.get("cdi_spec_dirs"):
-            # Docker reads CDI specs only with CDI enabled (Docker 27+, "features": {"cdi":
-            # true}); `docker info` then lists CDISpecDirs. Source: docs.docker.com
-            # build/building/cdi and the dockerd reference, "Configure CDI devices".
-            out.append(
-                Finding(
-                    "gpu-runtime",
-                    "problem",
-                    "CDI specs exist but docker does not read them (`docker info` lists no CDI "
-                    "spec dirs) and it has no NVIDIA runtime: containers cannot see the GPUs",
-                    'enable CDI in docker (Docker >= 27: "features": {"cdi": true} in '
-                    "/etc/docker/daemon.json, then restart docker), or `sudo nvidia-ctk runtime "
-                    "configure --runtime=docker && sudo systemctl restart docker`",
-                )
-            )
-        else:
-            how = ", ".join(nvidia + [f"CDI {s.get('path')}" for s in cdi])
-            out.append(Finding("gpu-runtime", "ok", f"GPUs reach containers through {how}"))
+        out.append(_attach_finding(facts))
     out.extend(_cdi_findings(facts, cdi))
     return out
+
+
+def _attach_finding(facts: Mapping[str, Any]) -> Finding:
+    """The GPU-attach rule `image` and `validate` use (gpu_attach.py), over the same facts."""
+    attach = choose(from_host_facts(facts))
+    if attach.ok:
+        detail = f"GPUs reach containers through {attach.way}: {attach.reason}"
+        return Finding("gpu-runtime", "ok", detail)
+    message, hint = unavailable_message(attach)
+    return Finding("gpu-runtime", "problem", message, hint)
 
 
 def _cdi_findings(facts: Mapping[str, Any], cdi: Sequence[Mapping[str, Any]]) -> list[Finding]:
@@ -366,9 +359,12 @@ def check_host(
     locks: Sequence[tuple[str, Lock]] = (),
     min_shm_mib: int = MIN_SHM_MIB,
     rules: ArchRules | None = None,
+    matrix: Matrix | None = None,
 ) -> list[Finding]:
     """All findings for one host, in a fixed order: driver, GPUs, engine, shm, locks.
-    `rules`: the matrix's Tegra capabilities and arch renames (None = desktop rules only)."""
+    `rules`: the matrix's Tegra capabilities and arch renames (None = desktop rules only);
+    `matrix`: lets the lock verdicts derive the CUDA version of the driver (see
+    `envbuild.validate.preflight`)."""
     driver = facts.get("driver") or {}
     findings = _driver_findings(driver if isinstance(driver, Mapping) else {})
     gpus = facts.get("gpus") or []
@@ -385,7 +381,7 @@ def check_host(
     findings.extend(_gpu_findings(gpus))
     findings.extend(_engine_findings(facts))
     findings.extend(_shm_finding(facts, min_shm_mib))
-    findings.extend(lock_findings(facts, locks, rules))
+    findings.extend(lock_findings(facts, locks, rules, matrix))
     return findings
 
 
@@ -393,24 +389,28 @@ def lock_findings(
     facts: Mapping[str, Any],
     locks: Sequence[tuple[str, Lock]],
     rules: ArchRules | None = None,
+    matrix: Matrix | None = None,
 ) -> list[Finding]:
     """Which locks in reach would run here. Informational: a lock that does not fit this host
     is not a fault of the host; `envbuild validate` turns it into a verdict."""
     if not locks:
         return []
-    host = host_from_facts(dict(facts))
+    host = host_from_facts(dict(facts), gpu_cc=gpu_cc_of(matrix) if matrix else None)
     out: list[Finding] = []
     for label, lock in locks:
-        pf = preflight(lock, host, facts=facts, lock_label=label, rules=rules)
+        pf = preflight(lock, host, facts=facts, lock_label=label, rules=rules, matrix=matrix)
         if pf.ok:
-            out.append(Finding(f"lock {label}", "ok", "would run here"))
+            mvc = pf.verdict is not None and pf.verdict.outcome == "runs_minor_compat"
+            detail = "would run here" + (" relying on minor-version compatibility" if mvc else "")
+            out.append(Finding(f"lock {label}", "ok", detail))
         else:
             first = pf.failed[0]
             more = f" (+{len(pf.failed) - 1} more)" if len(pf.failed) > 1 else ""
+            fix = pf.verdict.fix if pf.verdict and pf.verdict.fix else first.next_step
+            if first.name == "gpus":
+                fix = ""  # the host's own "gpus" finding already says what to do
             out.append(
-                Finding(
-                    f"lock {label}", "info", f"would not run: {first.detail}{more}", first.next_step
-                )
+                Finding(f"lock {label}", "info", f"would not run: {first.detail}{more}", fix)
             )
     return out
 
@@ -438,6 +438,13 @@ class DoctorReport:
     @property
     def ok(self) -> bool:
         return healthy(self.findings)
+
+    @property
+    def exit_code(self) -> int:
+        """0 healthy; 1 problems found; 2 cannot probe (no NVIDIA driver, or no pynvml)."""
+        if no_gpu_error(dict(self.facts)) is not None:
+            return 2
+        return 0 if self.ok else 1
 
     def to_json(self) -> dict[str, Any]:
         return report(self.facts, self.findings)

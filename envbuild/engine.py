@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
+
+from envbuild.gpu_attach import Attachment
 
 ProgressFn = Callable[[str], None]
 """Receives one line of build output at a time."""
@@ -19,6 +22,9 @@ class BuildResult:
     image_id: str
     """ "sha256:..." of the candidate image (untagged)."""
     log_tail: tuple[str, ...] = ()
+    builder: str = ""
+    """Which builder ran, in words ("BuildKit (docker buildx 0.13.1)", "classic (Docker
+    20.10.24)", "Buildah (Podman 4.3.1)"): `envbuild image` prints it."""
 
 
 @dataclass(frozen=True)
@@ -36,7 +42,11 @@ class RunSpec:
     image: str
     command: tuple[str, ...]
     gpus: bool = True
-    """Attach every GPU (docker-py DeviceRequest count=-1, capabilities [["gpu"]])."""
+    """Attach NVIDIA GPUs, the way `gpu_attach` says (all of them unless `gpu_attach` names
+    devices)."""
+    gpu_attach: Attachment | None = None
+    """The way and devices chosen (`ContainerEngine.gpu_attach`); None: the engine chooses
+    by the same rule (auto, all devices)."""
     shm_size: str = "2g"
     timeout_s: int = 600
     environment: Mapping[str, str] = field(default_factory=dict)
@@ -91,8 +101,19 @@ class ContainerEngine(Protocol):
 
     def image_exists(self, ref: str) -> bool: ...
 
+    def image_ids(self, ref: str, *, pull: bool = True) -> tuple[str, str | None]:
+        """(image id, registry digest or None) of `ref`, pulled first when missing."""
+
     def containers(self, label: str) -> list[str]:
         """Ids of containers (running or not) carrying `label` ("key" or "key=value")."""
 
-    def has_nvidia_runtime(self) -> bool:
-        """True when the engine can attach NVIDIA GPUs (nvidia runtime or CDI devices)."""
+    def push(self, image: str, ref: str, *, progress: ProgressFn) -> str:
+        """Tag `image` as `ref` and push it; the manifest digest ("sha256:...") the registry
+        stored. RegistryError (with what to do) when the registry refuses."""
+
+    def save(self, ref: str, dest: Path) -> int:
+        """Write `ref` as a docker-archive (`docker save`) to `dest`, atomically; its size."""
+
+    def gpu_attach(self, *, want: str = "auto", devices: tuple[str, ...] = ("all",)) -> Attachment:
+        """How this engine attaches `devices` (`gpu_attach.choose` over its facts); way
+        "none" with the reason when it cannot."""

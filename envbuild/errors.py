@@ -7,8 +7,28 @@ failed), 2 = bad input from the user, 3+ = the environment failed (engine, netwo
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
+
+# `scheme://user:secret@host`: the userinfo of a URL (RFC 3986 section 3.2.1) is a credential.
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/@\s'\"`<>]+@")
+
+
+def redact(text: str) -> str:
+    """TEXT with the userinfo of every URL replaced by `***`: no error, warning or JSON field
+    prints an index credential (docs/reliability.md, "Secrets")."""
+    return _USERINFO.sub(r"\1***@", text)
+
+
+def _redacted(value: Any) -> Any:
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {k: _redacted(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_redacted(v) for v in value)
+    return value
 
 
 @dataclass
@@ -21,6 +41,10 @@ class EnvbuildError(Exception):
     exit_code: int = 1
 
     def __post_init__(self) -> None:
+        # Messages often quote a URL the user gave; a credential in it is never shown.
+        self.message = redact(self.message)
+        self.hint = redact(self.hint)
+        self.fields = _redacted(self.fields)
         super().__init__(self.message)
 
     def __str__(self) -> str:
@@ -118,11 +142,27 @@ class DiskFullError(EnvironmentFailure):
 
 
 @dataclass
+class FileWriteError(EnvironmentFailure):
+    """A file or folder cannot be written: read-only file system, no permission, a path in the
+    way. Exit 3; `fields` has the path."""
+
+    exit_code: int = 3
+
+
+@dataclass
 class GpuUnavailableError(EnvironmentFailure):
     """A GPU image must be smoke-tested on a GPU, but the engine cannot attach one (no driver,
     no NVIDIA Container Toolkit, no CDI spec). Exit 7; `--allow-cpu` runs the CPU path instead."""
 
     exit_code: int = 7
+
+
+@dataclass
+class RegistryError(EnvironmentFailure):
+    """A registry refused or failed a push (auth, TLS, quota, unreachable; `fields.kind`).
+    Exit 8: the image passed its smoke test and is tagged locally; only the push failed."""
+
+    exit_code: int = 8
 
 
 @dataclass

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from envbuild.errors import NoGpuError, UserError
+from envbuild.gpu_attach import parse_cdi_devices
 from envbuild.models import Host, HostGpu
 
 FACTS_SCHEMA = 1
@@ -144,11 +145,23 @@ def parse_docker_info(info: dict[str, Any]) -> dict[str, Any]:
     """The engine facts envbuild needs from `GET /info` (`docker info` JSON)."""
     runtimes = info.get("Runtimes") or {}
     cdi_dirs = info.get("CDISpecDirs")
+    # Docker >= 28.3 (Engine API 1.50) lists the CDI devices it found: [{"Source", "ID"}].
+    found = info.get("DiscoveredDevices")
+    discovered = (
+        sorted(
+            str(d.get("ID"))
+            for d in found
+            if isinstance(d, dict) and d.get("Source") == "cdi" and d.get("ID")
+        )
+        if isinstance(found, list)
+        else None
+    )
     return {
         "server_version": info.get("ServerVersion"),
         "runtimes": sorted(runtimes) if isinstance(runtimes, dict) else [],
         "default_runtime": info.get("DefaultRuntime"),
         "cdi_spec_dirs": list(cdi_dirs) if isinstance(cdi_dirs, list) else None,
+        "discovered_devices": discovered,
     }
 
 
@@ -227,6 +240,9 @@ def probe_engine() -> dict[str, Any]:
         "runtimes": [],
         "default_runtime": None,
         "cdi_spec_dirs": None,
+        "discovered_devices": None,
+        # Only a local engine's files (CDI specs, the toolkit's hook) can be read from here.
+        "local": not host or host.startswith("unix://"),
     }
     errors: list[str] = []
     attempts: list[tuple[str, Callable[[], dict[str, Any]]]] = []
@@ -247,10 +263,20 @@ def probe_engine() -> dict[str, Any]:
     return out
 
 
+DAEMON_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+"""Where a daemon started by systemd looks for programs (dockerd finds the toolkit's hook there)."""
+
+
 def probe_toolkit() -> dict[str, Any]:
-    """Which NVIDIA Container Toolkit programs are on PATH."""
-    names = ("nvidia-container-runtime", "nvidia-ctk", "nvidia-container-cli")
-    return {name.replace("-", "_"): shutil.which(name) for name in names}
+    """Which NVIDIA Container Toolkit programs are on PATH (or the daemon's usual PATH)."""
+    names = (
+        "nvidia-container-runtime",
+        "nvidia-ctk",
+        "nvidia-container-cli",
+        "nvidia-container-runtime-hook",
+    )
+    path = os.pathsep.join(p for p in (os.environ.get("PATH", ""), DAEMON_PATH) if p)
+    return {name.replace("-", "_"): shutil.which(name, path=path) for name in names}
 
 
 def probe_cdi(dirs: Iterable[str] = CDI_DIRS) -> list[dict[str, Any]]:
@@ -264,6 +290,7 @@ def probe_cdi(dirs: Iterable[str] = CDI_DIRS) -> list[dict[str, Any]]:
             if text is None:
                 continue
             entry = parse_cdi_spec(text)
+            entry["devices"] = list(parse_cdi_devices(text)[1])
             entry["path"] = path
             with contextlib.suppress(OSError):
                 entry["mtime"] = int(os.stat(path).st_mtime)
@@ -355,6 +382,10 @@ def _gpu_facts(nvml: Any, index: int) -> dict[str, Any]:
         "cc": f"{major}.{minor}",
         "brand": BRAND_TOKENS.get(int(brand)) if brand is not None else None,
         "memory_mib": int(mem.total) // (1024 * 1024) if mem is not None else None,
+        # Free at probe time: `envbuild validate --hosts` compares it with what the smoke needs.
+        "memory_free_mib": (
+            int(mem.free) // (1024 * 1024) if getattr(mem, "free", None) is not None else None
+        ),
         "temperature_c": opt(lambda: nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU)),
         "power_limit_w": None if power_mw is None else round(power_mw / 1000),
         "persistence_mode": None if persistence is None else bool(persistence),
@@ -463,23 +494,75 @@ def _library_mtime(path: str | None) -> int | None:
         return None
 
 
+NO_DRIVER_ERRORS = ("LibraryNotFound", "DriverNotLoaded", "PynvmlMissing")
+"""`driver.nvml_error` values that mean: no NVIDIA GPU can be used here (no driver, or no
+NVML bindings to ask it)."""
+
+
+def _no_driver(err: NoGpuError) -> dict[str, Any]:
+    """The driver facts of a host where NVML cannot be asked at all."""
+    fields = err.fields or {}
+    return {
+        "version": None,
+        "cuda": None,
+        "nvml_version": None,
+        "library_version": None,
+        "library_path": None,
+        "kernel_module_version": fields.get("kernel_module_version"),
+        "nvml_error": fields.get("nvml_error") or "PynvmlMissing",
+        "nvml_error_text": err.message,
+    }
+
+
+def _probe_gpus(nvml: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Driver and GPU facts; a host without a driver (or without pynvml) gets facts that say
+    so instead of an error, so that doctor and validate still report the rest."""
+    try:
+        if nvml is None:
+            try:
+                import pynvml
+            except ImportError:  # the runtime dependency nvidia-ml-py is missing
+                raise NoGpuError(
+                    "cannot probe GPUs: the Python package nvidia-ml-py (pynvml) is not installed",
+                    hint="pip install nvidia-ml-py, then run `envbuild doctor` again",
+                    fields={"nvml_error": "PynvmlMissing"},
+                ) from None
+            nvml = pynvml
+        return probe_driver(nvml)
+    except NoGpuError as err:
+        return _no_driver(err), []
+
+
+def no_gpu_error(facts: dict[str, Any]) -> NoGpuError | None:
+    """The NoGpuError (exit 2: cannot probe) that facts without a usable driver stand for."""
+    driver = facts.get("driver")
+    err = driver.get("nvml_error") if isinstance(driver, dict) else None
+    if err not in NO_DRIVER_ERRORS:
+        return None
+    assert isinstance(driver, dict)
+    if err == "PynvmlMissing":
+        hint = "pip install nvidia-ml-py, then run `envbuild doctor` again"
+    else:
+        hint = NO_DRIVER_HINT
+    return NoGpuError(
+        str(driver.get("nvml_error_text") or f"no NVIDIA driver here: NVML says {err}"),
+        hint=hint,
+        fields={"nvml_error": err, "kernel_module_version": driver.get("kernel_module_version")},
+    )
+
+
 def probe_facts(*, nvml: Any = None) -> dict[str, Any]:
     """All doctor facts of this host, JSON-able (the `doctor --json` "facts" object).
 
     `nvml` replaces the pynvml module (tests of the error mapping); None imports pynvml.
-    Raises NoGpuError (exit 2) when no NVIDIA driver is present.
+    Without an NVIDIA driver the facts say so (`driver.nvml_error` in NO_DRIVER_ERRORS, no
+    GPUs) and still carry the engine, the toolkit, the CDI specs and /dev/shm.
     """
-    if nvml is None:
-        try:
-            import pynvml
-        except ImportError:  # the runtime dependency nvidia-ml-py is missing
-            raise NoGpuError(
-                "cannot probe GPUs: the Python package nvidia-ml-py (pynvml) is not installed",
-                hint="pip install nvidia-ml-py, then run `envbuild doctor` again",
-            ) from None
-        nvml = pynvml
-    driver, gpus = probe_driver(nvml)
+    driver, gpus = _probe_gpus(nvml)
     driver["library_mtime"] = _library_mtime(driver.get("library_path"))
+    engine = probe_engine()
+    # The spec folders the engine reads, beside the usual ones (daemon.json cdi-spec-dirs).
+    cdi_dirs = dict.fromkeys([*CDI_DIRS, *(engine.get("cdi_spec_dirs") or [])])
     return {
         "schema": FACTS_SCHEMA,
         "hostname": socket.gethostname(),
@@ -491,16 +574,20 @@ def probe_facts(*, nvml: Any = None) -> dict[str, Any]:
         },
         "driver": driver,
         "gpus": gpus,
-        "engine": probe_engine(),
+        "engine": engine,
         "toolkit": probe_toolkit(),
-        "cdi": probe_cdi(),
+        "cdi": probe_cdi(cdi_dirs),
         "shm": probe_shm(),
     }
 
 
 def probe_host() -> Host:
     """This host as a `Host` (driver, CUDA the driver supports, GPUs). NoGpuError without one."""
-    return host_from_facts(probe_facts())
+    facts = probe_facts()
+    err = no_gpu_error(facts)
+    if err is not None:
+        raise err
+    return host_from_facts(facts)
 
 
 # --- reading facts back ---------------------------------------------------------------------------
@@ -540,15 +627,18 @@ def driver_version_of(facts: dict[str, Any]) -> str | None:
     return None
 
 
-def host_from_facts(facts: dict[str, Any]) -> Host:
-    """A `Host` from host facts (doctor's, or hand-written). Bad shapes -> UserError exit 2."""
+def host_from_facts(facts: dict[str, Any], *, gpu_cc: Callable[[str], str] | None = None) -> Host:
+    """A `Host` from host facts (doctor's, or hand-written). Bad shapes -> UserError exit 2.
+
+    `gpu_cc` maps a GPU name to its compute capability (`envbuild.validate.gpu_cc_of(matrix)`):
+    with it, hand-written facts may leave out `cc` for a GPU the matrix knows by name."""
     facts = unwrap_facts(facts)
     name = facts.get("hostname") or facts.get("name") or ""
     where = f" of {name}" if name else ""
     d = facts.get("driver")
     if d is not None and not isinstance(d, (str, dict)):
         raise _facts_error("'driver' must be a version string or an object", where)
-    cuda = facts.get("cuda_driver")
+    cuda = facts.get("cuda_driver") or facts.get("cuda")
     if cuda is None and isinstance(d, dict):
         cuda = d.get("cuda")
     raw_gpus = facts.get("gpus", [])
@@ -561,6 +651,11 @@ def host_from_facts(facts: dict[str, Any]) -> Host:
         if not isinstance(g, dict) or not isinstance(g.get("name"), str):
             raise _facts_error(f"gpus[{i}] needs a 'name'", where)
         cc = g.get("cc")
+        if cc is None and gpu_cc is not None:
+            try:
+                cc = gpu_cc(g["name"])
+            except UserError as err:
+                raise _facts_error(f"gpus[{i}] has no 'cc', and {err.message}", where) from None
         if not isinstance(cc, str) or not re.fullmatch(r"\d+\.\d+", cc):
             raise _facts_error(f"gpus[{i}] needs 'cc' as \"major.minor\" (got {cc!r})", where)
         mem = g.get("memory_mib") or 0

@@ -1,4 +1,5 @@
-"""Frozen value types shared by every layer (glossary: ../DESIGN.md, docs/design.md).
+"""Frozen value types shared by every layer, and the vocabularies of a request's settings
+(glossary: docs/design.md).
 
 Pure: no I/O, no imports beyond the standard library. Versions are kept as the strings the
 sources print ("12.8.1", "570.124.06"); comparisons go through `envbuild.versions`.
@@ -6,6 +7,7 @@ sources print ("12.8.1", "570.124.06"); comparisons go through `envbuild.version
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -15,10 +17,26 @@ CompatPolicy = Literal["minor", "strict"]
 
 Device = Literal["cuda", "cpu"]
 
-FLAVOURS = ("auto", "plain", "base", "runtime", "cudnn", "devel", "cpu")
+DEVICES: tuple[Device, ...] = ("cuda", "cpu")
+COMPAT_POLICIES: tuple[CompatPolicy, ...] = ("minor", "strict")
+
+CUDA_FLAVOURS = ("base", "runtime", "cudnn", "devel")
+"""The `nvidia/cuda` image flavours, smallest first (matrix/cuda_images.toml lists them)."""
+
+FLAVOURS = ("auto", "plain", *CUDA_FLAVOURS, "cpu")
 """`plain`: a plain OS image, no CUDA base (CUDA comes from pip wheels);
 `base`/`runtime`/`cudnn`/`devel`: the `nvidia/cuda` flavours; `cpu`: a CPU-only image;
 `auto`: the smallest that works (the resolver decides and records why)."""
+
+PLATFORMS = ("x86_64", "aarch64")
+"""CPU architectures of an image, spelled as `uname -m` prints them."""
+PLATFORM_ALIASES = {"amd64": "x86_64", "x64": "x86_64", "arm64": "aarch64"}
+"""Docker's and others' names for them: refused with the right name as the next step."""
+
+PYTHON_VERSION_RE = re.compile(r"^3\.[0-9]{1,2}$")
+"""A Python minor version as a request names it: "3.12"."""
+OS_NAME_RE = re.compile(r"^[a-z]+[0-9][0-9.]*$")
+"""An OS name as the matrix spells it: "ubuntu24.04", "debian12"."""
 
 
 @dataclass(frozen=True)
@@ -77,6 +95,9 @@ class Request:
     """The CPU architecture of the image: "x86_64" or "aarch64"."""
     compile_extensions: bool = False
     """True when the image compiles CUDA extensions: a `devel` builder stage is rendered."""
+    base: str | None = None
+    """A framework base: an image that already holds the framework (an NGC framework
+    container, a company base). Its Python, OS, CUDA and framework come from the base."""
 
 
 @dataclass(frozen=True)
@@ -173,6 +194,14 @@ class Stack:
     notes: tuple[str, ...] = ()
     rows: tuple[str, ...] = ()
     """Keys of the matrix rows the stack rests on; their fingerprints go into the input hash."""
+    confidence: str = field(default="high", compare=False)
+    """The lowest `confidence` of the matrix rows the pick rests on ("high", "medium", "low");
+    "low" also when the release's variants are not all known."""
+    confidence_notes: tuple[str, ...] = field(default=(), compare=False)
+    """Why the confidence is not high: the rows (and gaps) it rests on."""
+    cudnn_requirement: str | None = field(default=None, compare=False)
+    """ "nvidia-cudnn-cu12==9.10.2.21" when the build pins cuDNN by a range whose newest
+    release does not support every target: the lock must pin this one."""
 
 
 @dataclass(frozen=True)
@@ -218,3 +247,37 @@ class Lock:
     """sha256 of the canonical request alone (lets `lock --check` say *what* changed)."""
     row_fingerprints: tuple[tuple[str, str], ...] = ()
     """(row key, fingerprint) of every row in `stack.rows`, sorted by key, as locked."""
+    base_facts: BaseFacts | None = None
+    """What a framework base holds (`Request.base`); None for stacks envbuild installs."""
+
+
+FRAMEWORK_FLAVOUR = "framework"
+"""`Stack.flavour` of a framework base: the base holds the framework, envbuild adds the rest."""
+
+
+@dataclass(frozen=True)
+class BaseFacts:
+    """What a framework base image holds, read by a probe container or from a matrix row."""
+
+    source: str
+    """"probe" (read from the image through the engine) or the matrix row key."""
+    framework: str
+    framework_version: str
+    """Exactly as the framework prints it: "2.11.0+cu130", "2.10.0a0+b4e4ee81d3"."""
+    cuda: str | None
+    """The CUDA the framework was built with ("13.0"); None for a CPU build."""
+    cudnn: str | None
+    nccl: str | None
+    archs: tuple[str, ...]
+    """What the framework build carries ("sm_90", "compute_90"), sorted."""
+    python: str
+    """ "3.12"."""
+    python_path: str
+    """The interpreter that holds the framework, inside the image ("/usr/bin/python3")."""
+    os: str
+    """ "ubuntu24.04", "debian12"; "" when the image does not say."""
+    image_id: str = ""
+    """The engine's id of the probed image ("sha256:..."); "" for a matrix row."""
+    has_pip: bool = True
+    packages: tuple[tuple[str, str], ...] = ()
+    """(normalised name, version) of every distribution the base's Python has installed."""

@@ -30,6 +30,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from envbuild.errors import PinError, UnsatisfiableError
+from envbuild.locations import resolve_local
 from envbuild.models import Lock, LockedPackage, Request
 
 PYPI_SIMPLE = "https://pypi.org/simple"
@@ -55,6 +56,11 @@ class PinRequest:
     """Previously locked picks; kept where they still satisfy the requirements."""
     upgrade_packages: tuple[str, ...] = ()
     offline: bool = False
+    constraints: tuple[str, ...] = ()
+    """`name==version` lines the resolution must keep (a framework base's installed packages)."""
+
+
+CONSTRAINTS_FILE = "constraints.txt"
 
 
 @dataclass(frozen=True)
@@ -167,6 +173,8 @@ def uv_argv(uv: Sequence[str], req: PinRequest) -> list[str]:
         argv += ["--upgrade-package", name]
     if req.offline:
         argv.append("--offline")
+    if req.constraints:
+        argv += ["--constraint", CONSTRAINTS_FILE]
     return argv
 
 
@@ -186,10 +194,7 @@ def peer_compile_command(
         platform=lock.platform,
         index_url=lock.indexes.index_url,
         extra_index_urls=lock.indexes.extra_index_urls,
-        find_links=tuple(
-            link if "://" in link else str((image_dir / link).resolve())
-            for link in request.indexes.find_links
-        ),
+        find_links=tuple(resolve_local(link, image_dir) for link in request.indexes.find_links),
     )
     argv = uv_argv(uv, req)
     # A user's command writes requirements.txt (uv's default format); pylock.toml and the
@@ -314,6 +319,8 @@ def pip_argv(pip: Sequence[str], req: PinRequest, report: str) -> list[str]:
         argv += ["--extra-index-url", url]
     for link in req.find_links:
         argv += ["--find-links", link]
+    if req.constraints:
+        argv += ["--constraint", CONSTRAINTS_FILE]
     return argv
 
 
@@ -432,6 +439,8 @@ def pin(
     with tempfile.TemporaryDirectory(prefix="envbuild-pin-") as tmp:
         work = Path(tmp)
         (work / "requirements.in").write_text("\n".join(req.requirements) + "\n")
+        if req.constraints:
+            (work / CONSTRAINTS_FILE).write_text("\n".join(req.constraints) + "\n")
         if name == "uv":
             if req.preferences:
                 (work / PREFERENCES_FILE).write_text(preferences_text(req.preferences))

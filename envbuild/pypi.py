@@ -17,6 +17,7 @@ matrix. Everything here is I/O; what the responses mean is decided in `envbuild.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import struct
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from envbuild import __version__
 from envbuild.errors import SourceUnreachableError
+from envbuild.fsio import write_atomic
 from envbuild.refresh import (
     TOOLKIT_PROJECT,
     Channel,
@@ -154,10 +156,6 @@ class Fetcher:
     def _cache_put(self, key: str, body: bytes) -> None:
         if not self.use_cache:
             return
-        import contextlib
-
-        from envbuild.lockfile import write_atomic
-
         # A read-only or full cache must not fail a refresh: the data is already in hand.
         with contextlib.suppress(OSError):
             write_atomic(self._cache_path(key), body)

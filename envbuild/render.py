@@ -10,7 +10,6 @@ COPYs; `context_tar` packs them reproducibly (sorted, mtime 0, root-owned).
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import re
@@ -20,8 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envbuild import resources
+from envbuild import resources, smoke
 from envbuild.errors import UserError
+from envbuild.locations import is_remote
+from envbuild.lockfile import dumps, lock_sha256
+from envbuild.models import FRAMEWORK_FLAVOUR, OS_NAME_RE, PYTHON_VERSION_RE
 
 if TYPE_CHECKING:
     from envbuild.matrix import Matrix
@@ -32,6 +34,8 @@ USER_TEMPLATE = "Dockerfile.j2"
 BUILTIN_PREFIX = "envbuild"
 BASE_TEMPLATE = "envbuild/base.Dockerfile.j2"
 DEVEL_TEMPLATE = "envbuild/devel.Dockerfile.j2"
+FRAMEWORK_TEMPLATE = "envbuild/framework.Dockerfile.j2"
+_BASE_PYTHON = re.compile(r"/[A-Za-z0-9._+/-]+")
 
 CA_SECRET_ID = "envbuild-ca"
 """BuildKit secret id of the CA certificate (`--secret id=envbuild-ca,src=<context>/certs/ca.crt`)."""
@@ -41,6 +45,19 @@ USER_UID = 1000
 USER_NAME = "envbuild"
 
 _FIX_LOCK = "fix the request (envbuild.toml) and run `envbuild lock <image dir>` again"
+
+
+@dataclass(frozen=True)
+class BuildInputs:
+    """What a user types to build behind proxies and air gaps (`render` and `image` flags:
+    --base-image, --ca-cert, --index-url, --find-links, --buildkit), as one value. None of
+    them loosens hash checking. `render_options` reads and checks them."""
+
+    base_image: str | None = None
+    ca_cert: Path | None = None
+    index_url: str | None = None
+    find_links: Path | None = None
+    buildkit: bool = False
 
 
 @dataclass(frozen=True)
@@ -56,14 +73,14 @@ class RenderOptions:
     find_links: Path | None = None
     """A wheelhouse folder, copied into the context as `wheels/`."""
     buildkit: bool = False
-    """Render BuildKit-only features: `# syntax=`, a pip cache mount, a secret for the CA."""
+    """Render BuildKit-only features: a pip cache mount, a wheel bind mount, a secret for the CA."""
     source: str | None = None
     """`org.opencontainers.image.source` (the repository URL), when known."""
 
 
 @dataclass(frozen=True)
 class RenderResult:
-    """What `api.render` did: the Dockerfile, and where it wrote files (None = nowhere)."""
+    """What `envbuild.app.render.render` did: the Dockerfile, and where it wrote files (None = nowhere)."""
 
     dockerfile: str
     output: Path | None = None
@@ -78,8 +95,9 @@ _VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+!_-]*")  # then PEP 440 through `
 _SHA256 = re.compile(r"sha256:[0-9a-f]{64}")
 _IMAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _VARIANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-_PYTHON = re.compile(r"[0-9]+\.[0-9]+")
 _CUDA = re.compile(r"[0-9]+(\.[0-9]+){0,3}")
+# Stricter than models.OS_NAME_RE on purpose: the template installs with apt, so only Debian
+# and Ubuntu bases render.
 _OS = re.compile(r"(ubuntu|debian)[0-9][0-9.]*")
 _OS_PACKAGE = re.compile(r"[a-z0-9][a-z0-9+.-]+")  # Debian policy 5.6.1 package names
 # NVIDIA_REQUIRE_CUDA: constraints `cuda`, `driver`, `arch`, `brand`; space = OR, comma = AND
@@ -186,6 +204,20 @@ def check_options(options: RenderOptions) -> RenderOptions:
     return options
 
 
+def render_options(inputs: BuildInputs) -> RenderOptions:
+    """The checked render options of what a user typed (reads the CA file), before any lock
+    is read: exit 2 on bad input."""
+    return check_options(
+        RenderOptions(
+            base_image=inputs.base_image,
+            ca_cert=read_ca_cert(inputs.ca_cert) if inputs.ca_cert is not None else None,
+            index_url=inputs.index_url,
+            find_links=inputs.find_links,
+            buildkit=inputs.buildkit,
+        )
+    )
+
+
 def read_ca_cert(path: Path) -> bytes:
     """The bytes of a --ca-cert file (thin I/O; `check_options` checks they are PEM)."""
     try:
@@ -244,11 +276,6 @@ def _pin(ref: str, digest: str | None) -> str:
     return f"{ref}@{digest}" if digest and "@" not in ref else ref
 
 
-def lock_sha256(lock_text: str) -> str:
-    """sha256 hex of the lock text as written (UTF-8): the `envbuild.lock.sha256` label."""
-    return hashlib.sha256(lock_text.encode("utf-8")).hexdigest()
-
-
 def _index_args(lock: Lock, options: RenderOptions) -> list[str]:
     """pip options for where to look. They only add places; --require-hashes still decides."""
     args: list[str] = []
@@ -260,11 +287,9 @@ def _index_args(lock: Lock, options: RenderOptions) -> list[str]:
     seen = {index or _PYPI, _PYPI}
     # Only indexes a locked package came from: the framework's index when no package did (torch
     # from a local wheelhouse) cost ~75 s of pip retries on a host that cannot reach it
-    # (benchmarks/RESULTS.md section 4, issue 4).
+    # (benchmarks/RESULTS.md section 4).
     extras = list(lock.indexes.extra_index_urls)
-    extras += sorted(
-        {p.source for p in lock.packages if p.source.startswith(("http://", "https://"))}
-    )
+    extras += sorted({p.source for p in lock.packages if is_remote(p.source)})
     for url in extras:
         url = check_url(url, "extra index URL")
         if url not in seen:
@@ -297,28 +322,78 @@ def template_values(
     `default_name` names the image when the lock has no name (the image folder's name)."""
     check_options(options)
     _packages(lock)  # the whole lock is checked, not only what this template happens to use
+    stack = _stack_values(lock, default_name)
+    base = _base_values(lock, options)
+    python = stack["python"]
+    os_packages = [
+        _check(_OS_PACKAGE, p, "OS package", "not a Debian package name")
+        for p in (f"python{python}", f"python{python}-venv")
+    ]
+    text = lock_text if lock_text is not None else dumps(lock)
+    return {
+        # A framework base's own Python (it holds the framework; the probe found it).
+        "base_python": _base_python(lock),
+        "has_packages": bool(lock.packages),
+        "name": stack["name"],
+        "gpu": stack["gpu"],
+        "require_cuda": stack["require_cuda"],
+        "base_ref": base["base_ref"],
+        "builder_ref": base["builder_ref"],
+        # The image's CPU architecture: explicit for aarch64 (Grace, Jetson), so that a build
+        # on an x86_64 machine (with emulation) does not silently produce an x86_64 image;
+        # nothing for x86_64, whose Dockerfiles stay as they were.
+        "from_platform": "--platform=linux/arm64 " if lock.platform == "aarch64" else "",
+        "base_name": base["base_name"],
+        "base_digest": base["base_digest"],
+        "python": python,
+        "os_packages": os_packages,
+        "pip_index_args": _index_args(lock, options),
+        "wheels": options.find_links is not None,
+        # Classic builder + wheelhouse: install in a builder stage, copy only /opt/venv over.
+        "wheel_stage": options.find_links is not None and not options.buildkit,
+        "wheels_path": _WHEELS_PATH,
+        "ca_cert": options.ca_cert is not None,
+        "ca_path": _CA_PATH_SECRET if options.buildkit else _CA_PATH_CLASSIC,
+        "ca_secret_id": CA_SECRET_ID,
+        "buildkit": options.buildkit,
+        "user_uid": USER_UID,
+        "user_name": USER_NAME,
+        "description": stack["description"],
+        "version": stack["version"],
+        "source": options.source,
+        "lock_sha256": lock_sha256(text),
+        "envbuild_template": base["template"],
+    }
+
+
+def _stack_values(lock: Lock, default_name: str) -> dict[str, Any]:
+    """The checked stack values: name, Python, OS, framework, CUDA and its requirement."""
     stack = lock.stack
-    fw = stack.framework
+    framework = stack.framework
     name = _check(
         _IMAGE_NAME,
         lock.name or default_name,
         "image name",
         "use letters, digits, '.', '_' or '-'",
     )
-    python = _check(_PYTHON, stack.python, "Python version", 'write it as "3.12"')
-    os_name = _check(
-        _OS,
-        stack.os,
-        "OS",
-        "render supports Debian and Ubuntu bases (ubuntu24.04, debian12, ...)",
-    )
-    fw_name = check_package_name(fw.name, "framework")
-    fw_version = check_version(fw.version, "framework version")
+    python = _check(PYTHON_VERSION_RE, stack.python, "Python version", 'write it as "3.12"')
+    framework_base = stack.flavour == FRAMEWORK_FLAVOUR
+    if framework_base and not stack.os:
+        os_name = "an OS it does not name"  # the base has no /etc/os-release
+    else:
+        os_name = _check(
+            OS_NAME_RE if framework_base else _OS,
+            stack.os,
+            "OS",
+            "render supports Debian and Ubuntu bases (ubuntu24.04, debian12, ...)",
+        )
+    framework_name = check_package_name(framework.name, "framework")
+    framework_version = check_version(framework.version, "framework version")
     variant = _check(
-        _VARIANT, fw.variant, "framework variant", "use letters, digits, '.', '_', '-'"
+        _VARIANT, framework.variant, "framework variant", "use letters, digits, '.', '_', '-'"
     )
-    if fw.index_url:  # rendered only when a package came from it; still a checked value
-        check_url(fw.index_url, "framework index URL")
+    if framework.index_url:  # rendered only when a package came from it; still checked
+        check_url(framework.index_url, "framework index URL")
     gpu = is_gpu(lock)
     require_cuda = ""
     cuda = ""
@@ -330,7 +405,37 @@ def template_values(
             "NVIDIA_REQUIRE_CUDA",
             'not a constraint list like "cuda>=12.8" (the lock must carry one for a GPU image)',
         )
+    what = f"{framework_name} {framework_version} ({variant})"
+    if gpu:
+        description = f"{what}, CUDA {cuda}, Python {python}, {os_name}"
+    else:
+        description = f"{what}, Python {python}, {os_name}"
+    return {
+        "name": name,
+        "python": python,
+        "gpu": gpu,
+        "require_cuda": require_cuda,
+        "description": description,
+        "version": framework_version,
+    }
 
+
+def _base_python(lock: Lock) -> str:
+    """The interpreter of a framework base, checked (it lands in a RUN line); "" otherwise."""
+    if lock.base_facts is None:
+        return ""
+    return _check(
+        _BASE_PYTHON,
+        lock.base_facts.python_path,
+        "the base's Python",
+        "an absolute path of letters, digits, '.', '_', '+', '-' and '/'",
+    )
+
+
+def _base_values(lock: Lock, options: RenderOptions) -> dict[str, Any]:
+    """The base (and, for devel stacks, builder) image references, pinned by digest where
+    the lock pins them, and the template that fits the stack."""
+    stack = lock.stack
     locked_ref = check_image_ref(stack.base_image.ref)
     digest = check_digest(lock.base_digest) if lock.base_digest else None
     builder_ref = ""
@@ -347,54 +452,16 @@ def template_values(
     else:
         final_digest = digest
         base_ref = options.base_image or _pin(locked_ref, digest)
-        template = BASE_TEMPLATE
+        template = FRAMEWORK_TEMPLATE if stack.flavour == FRAMEWORK_FLAVOUR else BASE_TEMPLATE
     if options.base_image is not None:
         final_digest = None
-    base_name = _strip_digest(base_ref)
-    label_digest = final_digest or (base_ref.split("@", 1)[1] if "@" in base_ref else None)
-
-    os_packages = [
-        _check(_OS_PACKAGE, p, "OS package", "not a Debian package name")
-        for p in (f"python{python}", f"python{python}-venv")
-    ]
-    text = lock_text if lock_text is not None else _dumps(lock)
-    if gpu:
-        description = f"{fw_name} {fw_version} ({variant}), CUDA {cuda}, Python {python}, {os_name}"
-    else:
-        description = f"{fw_name} {fw_version} ({variant}), Python {python}, {os_name}"
     return {
-        "name": name,
-        "gpu": gpu,
-        "require_cuda": require_cuda,
         "base_ref": base_ref,
         "builder_ref": builder_ref,
-        "base_name": base_name,
-        "base_digest": label_digest,
-        "python": python,
-        "os_packages": os_packages,
-        "pip_index_args": _index_args(lock, options),
-        "wheels": options.find_links is not None,
-        # Classic builder + wheelhouse: install in a builder stage, copy only /opt/venv over.
-        "wheel_stage": options.find_links is not None and not options.buildkit,
-        "wheels_path": _WHEELS_PATH,
-        "ca_cert": options.ca_cert is not None,
-        "ca_path": _CA_PATH_SECRET if options.buildkit else _CA_PATH_CLASSIC,
-        "ca_secret_id": CA_SECRET_ID,
-        "buildkit": options.buildkit,
-        "user_uid": USER_UID,
-        "user_name": USER_NAME,
-        "description": description,
-        "version": fw_version,
-        "source": options.source,
-        "lock_sha256": lock_sha256(text),
-        "envbuild_template": template,
+        "base_name": _strip_digest(base_ref),
+        "base_digest": final_digest or (base_ref.split("@", 1)[1] if "@" in base_ref else None),
+        "template": template,
     }
-
-
-def _dumps(lock: Lock) -> str:
-    from envbuild import lockfile
-
-    return lockfile.dumps(lock)
 
 
 # --- rendering ------------------------------------------------------------------------------
@@ -500,7 +567,23 @@ def constraints_text(lock: Lock) -> str:
     """The lock's pins for PIP_CONSTRAINT: later installs keep these versions."""
     lines = [f"# {lock.name}: the pins of envbuild.lock; later pip installs must keep them"]
     lines += [f"{name}=={version}" for name, version, _ in _packages(lock)]
+    if lock.base_facts is not None:
+        # And what the framework base holds: nothing installed later replaces it.
+        held = {name for name, _, _ in _packages(lock)}
+        lines += [f"{n}=={v}" for n, v in _held(lock) if n not in held]
     return "\n".join(lines) + "\n"
+
+
+def _held(lock: Lock) -> list[tuple[str, str]]:
+    """The base's installed distributions whose names and versions are safe to write."""
+    assert lock.base_facts is not None
+    out = []
+    for name, version in lock.base_facts.packages:
+        try:
+            out.append((check_package_name(name), check_version(version, f"version of {name}")))
+        except UserError:
+            continue  # not a PEP 440 release: pip could not hold it to a version anyway
+    return out
 
 
 def _payload_files() -> dict[str, bytes]:
@@ -528,17 +611,11 @@ def build_context(
     *,
     image_dir: Path,
     options: RenderOptions,
-    matrix: Matrix | None = None,
+    matrix: Matrix,
 ) -> dict[str, bytes]:
     """Every file the build sends (relative path -> bytes, "Dockerfile" at the root), sorted.
-    `matrix` feeds the smoke plan; None = the shipped matrix."""
-    from envbuild import smoke
-
+    `matrix` feeds the smoke plan (its GPU baselines)."""
     _require_local_wheels(lock, options)
-    if matrix is None:
-        from envbuild.matrix import load_matrix
-
-        matrix = load_matrix()
     files: dict[str, bytes] = {
         "Dockerfile": render_dockerfile(
             lock, options=options, template_dir=image_dir, lock_text=lock_text
@@ -561,9 +638,7 @@ def build_context(
 def _require_local_wheels(lock: Lock, options: RenderOptions) -> None:
     """Packages locked from a local wheel folder can only be installed from that folder: say so
     before the build instead of letting pip fail halfway through it."""
-    local = sorted(
-        {p.source for p in lock.packages if not p.source.startswith(("http://", "https://"))}
-    )
+    local = sorted({p.source for p in lock.packages if not is_remote(p.source)})
     if local and options.find_links is None:
         names = ", ".join(sorted(p.name for p in lock.packages if p.source in local)[:5])
         raise UserError(

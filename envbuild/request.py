@@ -16,15 +16,32 @@ import json
 import re
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 
 from envbuild.errors import RequestError, UserError
-from envbuild.models import FLAVOURS, Indexes, Request, SmokeSettings, Targets
-from envbuild.versions import parse_specifier, parse_version
+from envbuild.models import (
+    COMPAT_POLICIES,
+    CUDA_FLAVOURS,
+    DEVICES,
+    FLAVOURS,
+    OS_NAME_RE,
+    PLATFORM_ALIASES,
+    PLATFORMS,
+    PYTHON_VERSION_RE,
+    Indexes,
+    Request,
+    SmokeSettings,
+    Targets,
+)
+from envbuild.versions import driver_problem, parse_specifier, parse_version
+
+if TYPE_CHECKING:
+    from packaging.requirements import Requirement
 
 REQUEST_FILE = "envbuild.toml"
 
@@ -38,6 +55,7 @@ SCHEMA: dict[str, dict[str, str]] = {
         "device": "string",
         "platform": "string",
         "compile_extensions": "boolean",
+        "base": "string",
     },
     "framework": {"requirement": "string", "cuda": "string"},
     "packages": {"requirements": "array of strings"},
@@ -55,21 +73,21 @@ SCHEMA: dict[str, dict[str, str]] = {
     },
 }
 
-PLATFORMS = ("x86_64", "aarch64")
-_PLATFORM_ALIASES = {"amd64": "x86_64", "x64": "x86_64", "arm64": "aarch64"}
-DEVICES = ("cuda", "cpu")
-COMPAT = ("minor", "strict")
+COMPAT = COMPAT_POLICIES
 # Docker repository path component rules (distribution/reference grammar), lower case.
 _NAME_RE = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*$")
-_PYTHON_RE = re.compile(r"^3\.[0-9]{1,2}$")
-_OS_RE = re.compile(r"^[a-z]+[0-9][0-9.]*$")
 # Quotes, backslashes, backticks, '$' and control characters break Dockerfile/shell quoting.
 # C0/C1 controls and Unicode line/paragraph separators too: each breaks a line somewhere.
 _BAD_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\"'`\\$]")
 _LONG_QUOTED = re.compile(r"'[^']{120,}'")
 _PLAIN_KEY = re.compile(r"^[A-Za-z0-9_.-]+$")
 _URL_SCHEMES = ("https://", "http://", "file://")
-_CUDA_FLAVOURS = ("base", "runtime", "cudnn", "devel")
+# PEP 508 name, optional [extras], optional version specifier; no URL, no marker. Parsed here
+# rather than with packaging.requirements, whose import (markers, tags) alone costs ~25 ms.
+_FRAMEWORK_RE = re.compile(
+    r"^\s*(?P<name>[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)\s*"
+    r"(?:\[(?P<extras>[^\]]*)\])?\s*(?P<spec>[^;@]*?)\s*$"
+)
 
 
 def _where(path: str, table: str, key: str | None = None) -> str:
@@ -178,21 +196,6 @@ def _bool(path: str, table: str, key: str, value: Any) -> bool:
     return value
 
 
-def _choice(path: str, table: str, key: str, value: Any, choices: tuple[str, ...]) -> str:
-    text = _str(path, table, key, value)
-    if text not in choices:
-        close = difflib.get_close_matches(text.lower(), choices, n=1)
-        maybe = f"did you mean {close[0]!r}? " if close else ""
-        raise _fail(
-            path,
-            table,
-            key,
-            f"{text!r} is not one of {', '.join(choices)}",
-            f"{maybe}write one of: {', '.join(repr(c) for c in choices)}",
-        )
-    return text
-
-
 def _type_name(value: Any) -> str:
     return {
         bool: "a boolean",
@@ -227,6 +230,9 @@ def _url(path: str, table: str, key: str, value: str, *, paths_ok: bool) -> str:
 
 
 def _requirement(path: str, table: str, key: str, text: str) -> Requirement:
+    # Imported here: its import (markers, tags) costs ~25 ms that `resolve` does not need.
+    from packaging.requirements import InvalidRequirement, Requirement
+
     try:
         req = Requirement(text)
     except InvalidRequirement as exc:
@@ -304,7 +310,24 @@ def _parse_toml(text: str, *, path: str) -> dict[str, Any]:
 
 
 def request_from_mapping(doc: Mapping[str, Any], *, path: str, default_name: str = "") -> Request:
-    """Validate a parsed request table (pure)."""
+    """Validate a parsed request table (pure): the TOML shape and types here, then the rules
+    every request obeys (`check_request`, shared with `resolve`'s flags)."""
+    _check_tables(doc, path)
+    framework, cuda = _framework_table(doc.get("framework", {}), path)
+    request = Request(
+        framework=framework,
+        cuda=cuda,
+        packages=_packages_table(doc.get("packages", {}), path, framework),
+        indexes=_indexes_table(doc.get("indexes", {}), path),
+        smoke=_smoke_table(doc.get("smoke", {}), path),
+        **_image_table(doc.get("image", {}), path, default_name),
+        **_targets_table(doc.get("targets", {}), path),
+    )
+    return check_request(request, RequestOrigin(path))
+
+
+def _check_tables(doc: Mapping[str, Any], path: str) -> None:
+    """Only the tables and keys of SCHEMA, each table a table."""
     for table, body in doc.items():
         if table not in SCHEMA:
             close = difflib.get_close_matches(table, SCHEMA, n=1)
@@ -332,14 +355,9 @@ def request_from_mapping(doc: Mapping[str, Any], *, path: str, default_name: str
                     f"{maybe}keys of [{table}]: {', '.join(SCHEMA[table])}",
                 )
 
-    image = doc.get("image", {})
-    fw = doc.get("framework", {})
-    pk = doc.get("packages", {})
-    tg = doc.get("targets", {})
-    ix = doc.get("indexes", {})
-    sm = doc.get("smoke", {})
 
-    # [image]
+def _image_table(image: Mapping[str, Any], path: str, default_name: str) -> dict[str, Any]:
+    """[image] as Request keyword arguments (types and the image name; the rest: check_request)."""
     name = _str(path, "image", "name", image["name"]) if "name" in image else default_name
     if not _NAME_RE.match(name):
         raise _fail(
@@ -350,45 +368,46 @@ def request_from_mapping(doc: Mapping[str, Any], *, path: str, default_name: str
             'write lower-case letters, digits and single ".", "_" or "-" between them, '
             'for example name = "torch-train"',
         )
-    python = None
-    if "python" in image:
-        python = _str(path, "image", "python", image["python"])
-        if not _PYTHON_RE.match(python):
-            raise _fail(
-                path,
-                "image",
-                "python",
-                f"{python!r} is not a Python minor version",
-                'write major.minor, for example python = "3.12"',
-            )
-    os_name = None
-    if "os" in image:
-        os_name = _str(path, "image", "os", image["os"])
-        if not _OS_RE.match(os_name):
-            raise _fail(
-                path,
-                "image",
-                "os",
-                f"{os_name!r} is not an OS name",
-                'write it as in the matrix: "ubuntu24.04", "ubuntu22.04" or "debian12"',
-            )
-    flavour = _choice(path, "image", "flavour", image.get("flavour", "auto"), FLAVOURS)
-    device = _choice(path, "image", "device", image.get("device", "cuda"), DEVICES)
-    platform = "x86_64"
-    if "platform" in image:
-        raw = _str(path, "image", "platform", image["platform"])
-        if raw in _PLATFORM_ALIASES:
-            raise _fail(
-                path,
-                "image",
-                "platform",
-                f"{raw!r} is Docker's name, not the CPU architecture",
-                f'write platform = "{_PLATFORM_ALIASES[raw]}"',
-            )
-        platform = _choice(path, "image", "platform", raw, PLATFORMS)
-    compile_ext = _bool(path, "image", "compile_extensions", image.get("compile_extensions", False))
 
-    # [framework]
+    def text(key: str, default: str | None) -> str | None:
+        return _str(path, "image", key, image[key]) if key in image else default
+
+    return {
+        "name": name,
+        "python": text("python", None),
+        "os": text("os", None),
+        "flavour": text("flavour", "auto"),
+        "device": text("device", "cuda"),
+        "platform": text("platform", "x86_64"),
+        "compile_extensions": _bool(
+            path, "image", "compile_extensions", image.get("compile_extensions", False)
+        ),
+        "base": _base_ref(path, text("base", None)),
+    }
+
+
+# A Docker image reference: [host[:port]/]path[:tag][@sha256:...] (distribution/reference).
+_REF_RE = re.compile(
+    r"^[a-z0-9]+(?:[._:-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$"
+)
+
+
+def _base_ref(path: str, ref: str | None) -> str | None:
+    """[image] base: an image reference the engine can pull or has."""
+    if ref is not None and not _REF_RE.match(ref):
+        raise _fail(
+            path,
+            "image",
+            "base",
+            f"{ref!r} is not an image reference",
+            'write a reference like "nvcr.io/nvidia/pytorch:25.01-py3" or "team/torch-base:1"',
+        )
+    return ref
+
+
+def _framework_table(fw: Mapping[str, Any], path: str) -> tuple[str, str | None]:
+    """[framework]: (requirement, cuda range or None)."""
     if "requirement" not in fw:
         raise _fail(
             path,
@@ -398,8 +417,7 @@ def request_from_mapping(doc: Mapping[str, Any], *, path: str, default_name: str
             'add [framework] requirement = "torch" (or "jax", "tensorflow", with a range)',
         )
     fw_text = _str(path, "framework", "requirement", fw["requirement"])
-    fw_req = _requirement(path, "framework", "requirement", fw_text)
-    if fw_req.url is not None:
+    if _requirement(path, "framework", "requirement", fw_text).url is not None:
         raise _fail(
             path,
             "framework",
@@ -407,186 +425,356 @@ def request_from_mapping(doc: Mapping[str, Any], *, path: str, default_name: str
             "a direct URL cannot be resolved against the matrix",
             'write a name and a range, for example "torch>=2.7,<2.11"',
         )
-    cuda = None
-    if "cuda" in fw:
-        cuda = _str(path, "framework", "cuda", fw["cuda"])
-        try:
-            parse_specifier(cuda, what="[framework] cuda")
-        except UserError as exc:
-            raise _fail(path, "framework", "cuda", exc.message, exc.hint) from None
+    cuda = _str(path, "framework", "cuda", fw["cuda"]) if "cuda" in fw else None
+    return fw_text, cuda
 
-    # [packages]
-    packages: tuple[str, ...] = ()
-    if "requirements" in pk:
-        packages = _str_list(path, "packages", "requirements", pk["requirements"])
-        seen: dict[str, str] = {}
-        fw_name = canonicalize_name(fw_req.name)
-        for item in packages:
-            req = _requirement(path, "packages", "requirements", item)
-            norm = canonicalize_name(req.name)
-            if norm == fw_name:
-                raise _fail(
-                    path,
-                    "packages",
-                    "requirements",
-                    f"{item!r} names the framework",
-                    "put the framework's range in [framework] requirement only",
-                )
-            if norm in seen:
-                raise _fail(
-                    path,
-                    "packages",
-                    "requirements",
-                    f"{item!r} and {seen[norm]!r} name the same package",
-                    "merge them into one requirement",
-                )
-            seen[norm] = item
 
-    # [targets]
-    gpus = _str_list(path, "targets", "gpus", tg["gpus"]) if "gpus" in tg else ()
-    driver = None
-    if "driver" in tg:
-        driver = _str(path, "targets", "driver", tg["driver"])
-        try:
-            parse_version(driver, what="driver")
-        except UserError:
-            # "r550": a driver branch as NVIDIA writes it; its oldest driver is 550.
-            branch = driver.strip().lower().removeprefix("r")
+def _packages_table(pk: Mapping[str, Any], path: str, framework: str) -> tuple[str, ...]:
+    """[packages] requirements: valid, not the framework, one line per package."""
+    if "requirements" not in pk:
+        return ()
+    packages = _str_list(path, "packages", "requirements", pk["requirements"])
+    seen: dict[str, str] = {}
+    fw_name = canonicalize_name(_requirement(path, "framework", "requirement", framework).name)
+    for item in packages:
+        norm = canonicalize_name(_requirement(path, "packages", "requirements", item).name)
+        if norm == fw_name:
             raise _fail(
                 path,
-                "targets",
-                "driver",
-                f"{driver!r} is not a driver version",
-                (f'write the branch without the r ("{branch}") or ' if branch.isdigit() else "")
-                + 'write the oldest driver on your hosts as nvidia-smi prints it: "570.124.06"',
-            ) from None
-    compat = _choice(path, "targets", "compat", tg.get("compat", "minor"), COMPAT)
+                "packages",
+                "requirements",
+                f"{item!r} names the framework",
+                "put the framework's range in [framework] requirement only",
+            )
+        if norm in seen:
+            raise _fail(
+                path,
+                "packages",
+                "requirements",
+                f"{item!r} and {seen[norm]!r} name the same package",
+                "merge them into one requirement",
+            )
+        seen[norm] = item
+    return packages
 
-    # [indexes]
+
+def _targets_table(tg: Mapping[str, Any], path: str) -> dict[str, Any]:
+    """[targets] as Request keyword arguments: targets and compat."""
+    gpus = _str_list(path, "targets", "gpus", tg["gpus"]) if "gpus" in tg else ()
+    driver = _str(path, "targets", "driver", tg["driver"]) if "driver" in tg else None
+    compat = _str(path, "targets", "compat", tg["compat"]) if "compat" in tg else "minor"
+    return {"targets": Targets(gpus=gpus, driver=driver), "compat": compat}
+
+
+def _indexes_table(ix: Mapping[str, Any], path: str) -> Indexes:
+    """[indexes]: index URLs must be URLs; find_links may also be folders."""
+
+    def urls(key: str, *, paths_ok: bool) -> tuple[str, ...]:
+        values = _str_list(path, "indexes", key, ix[key]) if key in ix else ()
+        return tuple(_url(path, "indexes", key, u, paths_ok=paths_ok) for u in values)
+
     index_url = None
     if "index_url" in ix:
-        index_url = _url(
-            path,
-            "indexes",
-            "index_url",
-            _str(path, "indexes", "index_url", ix["index_url"]),
-            paths_ok=False,
-        )
-    extra = tuple(
-        _url(path, "indexes", "extra_index_urls", u, paths_ok=False)
-        for u in (
-            _str_list(path, "indexes", "extra_index_urls", ix["extra_index_urls"])
-            if "extra_index_urls" in ix
-            else ()
-        )
-    )
-    find_links = tuple(
-        _url(path, "indexes", "find_links", u, paths_ok=True)
-        for u in (
-            _str_list(path, "indexes", "find_links", ix["find_links"]) if "find_links" in ix else ()
-        )
+        text = _str(path, "indexes", "index_url", ix["index_url"])
+        index_url = _url(path, "indexes", "index_url", text, paths_ok=False)
+    return Indexes(
+        index_url=index_url,
+        extra_index_urls=urls("extra_index_urls", paths_ok=False),
+        find_links=urls("find_links", paths_ok=True),
     )
 
-    # [smoke]
-    defaults = SmokeSettings()
-    smoke = SmokeSettings(
-        tier=_int(path, "smoke", "tier", sm.get("tier", defaults.tier), minimum=1, maximum=2),
-        timeout_s=_int(
-            path,
-            "smoke",
-            "timeout_s",
-            sm.get("timeout_s", defaults.timeout_s),
-            minimum=10,
-            maximum=86400,
-        ),
-        steps=_int(
-            path, "smoke", "steps", sm.get("steps", defaults.steps), minimum=1, maximum=100000
-        ),
-        min_shm_mib=_int(
-            path,
-            "smoke",
-            "min_shm_mib",
-            sm.get("min_shm_mib", defaults.min_shm_mib),
-            minimum=0,
-            maximum=1048576,
-        ),
-    )
 
-    # Impossible combinations: say which key to change.
-    if device == "cpu":
-        if flavour in _CUDA_FLAVOURS:
-            raise _fail(
-                path,
-                "image",
-                "flavour",
-                f'flavour = "{flavour}" is an nvidia/cuda image, but device = "cpu"',
-                'write flavour = "cpu" (or "auto"), or device = "cuda"',
-            )
-        if gpus:
-            raise _fail(
-                path,
-                "targets",
-                "gpus",
-                'GPUs are listed, but device = "cpu"',
-                'remove [targets] gpus, or write device = "cuda"',
-            )
-        if driver is not None:
-            raise _fail(
-                path,
-                "targets",
-                "driver",
-                'a driver is given, but device = "cpu" images use no driver',
-                'remove [targets] driver, or write device = "cuda"',
-            )
-        if cuda is not None:
-            raise _fail(
-                path,
-                "framework",
-                "cuda",
-                'a CUDA range is given, but device = "cpu"',
-                'remove [framework] cuda, or write device = "cuda"',
-            )
-        if compile_ext:
-            raise _fail(
-                path,
-                "image",
-                "compile_extensions",
-                'compiling CUDA extensions needs device = "cuda"',
-                'write compile_extensions = false, or device = "cuda"',
-            )
-    elif flavour == "cpu":
-        raise _fail(
-            path,
+# [smoke] key -> (minimum, maximum)
+_SMOKE_RANGES = {
+    "tier": (1, 2),
+    "timeout_s": (10, 86400),
+    "steps": (1, 100000),
+    "min_shm_mib": (0, 1048576),
+}
+
+
+def _smoke_table(sm: Mapping[str, Any], path: str) -> SmokeSettings:
+    defaults = dataclasses.asdict(SmokeSettings())
+    values = {
+        key: _int(path, "smoke", key, sm.get(key, defaults[key]), minimum=low, maximum=high)
+        for key, (low, high) in _SMOKE_RANGES.items()
+    }
+    return SmokeSettings(**values)
+
+
+# --- the one validator: envbuild.toml and `resolve` flags -----------------------------------------
+
+
+@dataclass(frozen=True)
+class RequestOrigin:
+    """Where a request was written, so that a message names what to change: an
+    `envbuild.toml` (path: "[image] python") or `resolve`'s flags (no path: "--python")."""
+
+    path: str | None = None
+
+    def fail(
+        self,
+        table: str,
+        key: str,
+        problem: str,
+        *,
+        toml: str,
+        flags: str,
+        flag_problem: str | None = None,
+    ) -> UserError:
+        """The error for one broken rule: the problem (`flag_problem` where flags word it
+        differently) and what to write instead in the file (`toml`) or on the command line."""
+        if self.path is None:
+            return UserError(flag_problem or problem, hint=flags)
+        return _fail(self.path, table, key, problem, toml)
+
+
+FLAGS = RequestOrigin()
+"""`envbuild resolve`'s flags (and requests built in code)."""
+
+
+def check_request(request: Request, origin: RequestOrigin = FLAGS) -> Request:
+    """The rules every request obeys, from `envbuild.toml` or from flags (pure): the framework
+    requirement's syntax, each setting's vocabulary, and the combinations that contradict
+    each other. Checks against the matrix (is the framework, OS or GPU known) are the
+    resolver's. Returns the request unchanged; UserError (exit 2) naming the key or flag."""
+    parse_framework_requirement(request.framework, origin)
+    _check_vocabulary(request, origin)
+    _check_ranges(request, origin)
+    if request.base is not None:
+        _check_framework_base(request, origin)
+    if request.device == "cpu":
+        _check_cpu(request, origin)
+    elif request.flavour == "cpu":
+        raise origin.fail(
             "image",
             "flavour",
             'flavour = "cpu" builds a CPU-only image, but device = "cuda"',
-            'write device = "cpu" too, or pick a CUDA flavour ("auto", "plain", "base", ...)',
+            toml='write device = "cpu" too, or pick a CUDA flavour ("auto", "plain", "base", ...)',
+            flags="use --cpu for a CPU image, or another --flavour",
         )
-    if compile_ext and flavour == "plain":
-        raise _fail(
-            path,
+    if request.compile_extensions and request.flavour == "plain":
+        raise origin.fail(
             "image",
             "compile_extensions",
             'flavour = "plain" has no CUDA compiler to build extensions with',
-            'write flavour = "auto" (a devel builder stage is added) or drop compile_extensions',
+            toml='write flavour = "auto" (a devel builder stage is added) or drop '
+            "compile_extensions",
+            flags="drop --flavour plain (auto adds a devel builder stage) or --compile-extensions",
+        )
+    return request
+
+
+def _check_framework_base(request: Request, origin: RequestOrigin) -> None:
+    """A framework base brings its own Python, OS and build: the keys that would choose them
+    contradict it (the lock records what the base holds)."""
+    given = (
+        ("python", request.python is not None),
+        ("os", request.os is not None),
+        ("flavour", request.flavour != "auto"),
+        ("compile_extensions", request.compile_extensions),
+    )
+    for key, present in given:
+        if present:
+            raise origin.fail(
+                "image",
+                key,
+                f"{key} is set, but base = {request.base!r} brings its own",
+                toml=f"remove [image] {key}: `envbuild lock` reads it from the base",
+                flags=f"drop --{key.replace('_', '-')}",
+            )
+
+
+def request_from_flags(
+    *,
+    framework: str = "torch",
+    python: str | None = None,
+    gpus: tuple[str, ...] = (),
+    driver: str | None = None,
+    cuda: str | None = None,
+    os_name: str | None = None,
+    flavour: str = "auto",
+    cpu: bool = False,
+    strict_compat: bool = False,
+    compile_extensions: bool = False,
+    platform: str = "x86_64",
+) -> Request:
+    """`envbuild resolve`'s flags -> a checked Request. `--flavour cpu` implies `--cpu`;
+    surrounding spaces are dropped (a shell quirk, not a different value)."""
+
+    def clean(text: str | None) -> str | None:
+        return text.strip() if text and text.strip() else None
+
+    request = Request(
+        framework=framework.strip() or "torch",
+        python=clean(python),
+        os=clean(os_name),
+        flavour=flavour,
+        device="cpu" if cpu or flavour == "cpu" else "cuda",
+        cuda=clean(cuda),
+        # An empty --driver is an error (driver_problem), not "no driver given".
+        targets=Targets(gpus=tuple(gpus), driver=driver.strip() if driver is not None else None),
+        compat="strict" if strict_compat else "minor",
+        platform=platform,
+        compile_extensions=compile_extensions,
+    )
+    return check_request(request, FLAGS)
+
+
+def parse_framework_requirement(
+    text: str, origin: RequestOrigin = FLAGS
+) -> tuple[str, tuple[str, ...], str]:
+    """ "jax[cuda13]>=0.7" -> ("jax", ("cuda13",), ">=0.7"): the normalised name (PEP 503),
+    the extras (variant names) and the specifier text; UserError when malformed."""
+    match = _FRAMEWORK_RE.match(text)
+    spec = match.group("spec") if match else ""
+    try:
+        spec = str(SpecifierSet(spec))
+    except (InvalidSpecifier, ValueError):
+        match = None
+    if match is None:
+        raise origin.fail(
+            "framework",
+            "requirement",
+            f"framework requirement {text!r} is not valid",
+            toml='write a name and a range, for example "torch>=2.7,<2.11"',
+            flags="write it like torch, torch==2.6.*, torch>=2.7, tensorflow==2.15.*, jax[cuda13] "
+            "(no URL, no environment marker)",
+        )
+    name = re.sub(r"[-_.]+", "-", match.group("name")).lower()
+    extras = tuple(sorted(e.strip().lower() for e in (match.group("extras") or "").split(",") if e))
+    return name, extras, spec
+
+
+def _check_choice(
+    origin: RequestOrigin, table: str, key: str, value: str, choices: tuple[str, ...]
+) -> None:
+    if value in choices:
+        return
+    close = difflib.get_close_matches(value.lower(), choices, n=1)
+    maybe = f"did you mean {close[0]!r}? " if close else ""
+    raise origin.fail(
+        table,
+        key,
+        f"{value!r} is not one of {', '.join(choices)}",
+        toml=f"{maybe}write one of: {', '.join(repr(c) for c in choices)}",
+        flags=f"{maybe}choose one of: {', '.join(choices)}",
+        flag_problem=f"unknown {key} {value!r}",
+    )
+
+
+def _check_vocabulary(request: Request, origin: RequestOrigin) -> None:
+    """Each setting's own syntax: flavour, device, platform, policy, Python and OS names."""
+    _check_choice(origin, "image", "flavour", request.flavour, FLAVOURS)
+    _check_choice(origin, "image", "device", request.device, DEVICES)
+    if request.platform in PLATFORM_ALIASES:
+        raise origin.fail(
+            "image",
+            "platform",
+            f"{request.platform!r} is Docker's name, not the CPU architecture",
+            toml=f'write platform = "{PLATFORM_ALIASES[request.platform]}"',
+            flags=f"use --platform {PLATFORM_ALIASES[request.platform]}",
+        )
+    _check_choice(origin, "image", "platform", request.platform, PLATFORMS)
+    _check_choice(origin, "targets", "compat", request.compat, COMPAT_POLICIES)
+    if request.python is not None and not PYTHON_VERSION_RE.match(request.python):
+        raise origin.fail(
+            "image",
+            "python",
+            f"Python {request.python!r} is not a version like 3.12 (major.minor)",
+            toml='write major.minor, for example python = "3.12"',
+            flags="give major.minor, for example --python 3.12",
+        )
+    if request.os is not None and not OS_NAME_RE.match(request.os):
+        raise origin.fail(
+            "image",
+            "os",
+            f"{request.os!r} is not an OS name",
+            toml='write it as in the matrix: "ubuntu24.04", "ubuntu22.04" or "debian12"',
+            flags="give it as in the matrix, for example --os ubuntu24.04 or --os debian12",
         )
 
-    return Request(
-        framework=fw_text,
-        name=name,
-        python=python,
-        os=os_name,
-        flavour=flavour,
-        device=device,  # type: ignore[arg-type]  # checked against DEVICES above
-        cuda=cuda,
-        packages=packages,
-        targets=Targets(gpus=gpus, driver=driver),
-        indexes=Indexes(index_url=index_url, extra_index_urls=extra, find_links=find_links),
-        smoke=smoke,
-        compat=compat,  # type: ignore[arg-type]  # checked against COMPAT above
-        platform=platform,
-        compile_extensions=compile_ext,
+
+def _check_ranges(request: Request, origin: RequestOrigin) -> None:
+    """The CUDA range parses as a version range; the driver as a version."""
+    if request.cuda is not None:
+        try:
+            parse_specifier(request.cuda, what="CUDA version range")
+        except UserError as exc:
+            raise origin.fail(
+                "framework", "cuda", exc.message, toml=exc.hint, flags=exc.hint
+            ) from None
+    driver = request.targets.driver
+    if driver is None:
+        return
+    problem = driver_problem(driver)
+    if problem is not None:
+        message, hint = problem
+        raise origin.fail("targets", "driver", message, toml=hint, flags=hint)
+    try:
+        parse_version(driver, what="driver version")
+    except UserError as exc:
+        # "r550": a driver branch as NVIDIA writes it; its oldest driver is 550.
+        branch = driver.strip().lower().removeprefix("r")
+        raise origin.fail(
+            "targets",
+            "driver",
+            exc.message,
+            toml=(f'write the branch without the r ("{branch}") or ' if branch.isdigit() else "")
+            + 'write the oldest driver on your hosts as nvidia-smi prints it: "570.124.06"',
+            flags=exc.hint,
+        ) from None
+
+
+def _check_cpu(request: Request, origin: RequestOrigin) -> None:
+    """A CPU image has no CUDA: no nvidia/cuda flavour, target GPUs, driver, CUDA range or
+    CUDA extensions. Target GPUs or a driver with a CPU image are an error from flags too:
+    the request contradicts itself and nothing here guesses which half was meant (the GPUs
+    of --host/--hosts are facts about the machines, not the request: the resolver notes them)."""
+    if request.flavour in CUDA_FLAVOURS:
+        raise origin.fail(
+            "image",
+            "flavour",
+            f'flavour = "{request.flavour}" is an nvidia/cuda image, but device = "cpu"',
+            flag_problem=f"flavour {request.flavour!r} is an nvidia/cuda image; a CPU stack "
+            "uses a plain OS image",
+            toml='write flavour = "cpu" (or "auto"), or device = "cuda"',
+            flags="drop --flavour (or use --flavour cpu) for a CPU image",
+        )
+    conflicts = (
+        ("targets", "gpus", bool(request.targets.gpus), 'GPUs are listed, but device = "cpu"'),
+        (
+            "targets",
+            "driver",
+            request.targets.driver is not None,
+            'a driver is given, but device = "cpu" images use no driver',
+        ),
+        (
+            "framework",
+            "cuda",
+            request.cuda is not None,
+            'a CUDA range is given, but device = "cpu"',
+        ),
     )
+    for table, key, present, problem in conflicts:
+        flag = "gpu" if key == "gpus" else key
+        if present:
+            raise origin.fail(
+                table,
+                key,
+                problem,
+                toml=f'remove [{table}] {key}, or write device = "cuda"',
+                flags=f"drop --{flag}, or drop --cpu for a GPU stack",
+                flag_problem=f"{problem.split(',')[0]} (--{flag}), but this is a CPU stack",
+            )
+    if request.compile_extensions:
+        raise origin.fail(
+            "image",
+            "compile_extensions",
+            'compiling CUDA extensions needs device = "cuda"',
+            toml='write compile_extensions = false, or device = "cuda"',
+            flags="drop --compile-extensions, or drop --cpu",
+        )
 
 
 def request_path(image_dir: Path) -> Path:

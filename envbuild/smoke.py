@@ -23,14 +23,32 @@ from envbuild.errors import SmokeFailed
 from envbuild.matrix import Matrix
 from envbuild.models import Lock, SmokeSettings
 from envbuild.payload import smoke_checks as ck
+from envbuild.payload.smoke_checks import REPORT_MARKER, Baseline, SmokePlan
 
-PLAN_SCHEMA = 1
+PLAN_SCHEMA = ck.PLAN_SCHEMA
+PAYLOAD_DIR = "/opt/envbuild/payload"
+PLAN_PATH = "/opt/envbuild/plan.json"
+SMOKE_GRACE_S = 60
+"""Beyond the plan's timeout_s before a runner kills the payload: its own watchdog (which
+fires at timeout_s, envbuild/payload/__main__.py) reports first."""
 MIN_FREE_MIB = {1: 512, 2: 4096}
 """Free GPU memory the payload asks for before it starts: tier 2 peaks at ~2.5 GiB on an H200
 (benchmarks/results/h200-smoke-full.json: NVML peak 2485 MiB incl. the CUDA context)."""
 COLLECTIVE_TIMEOUT_S = 60
 REQUIRED_TIER1 = ("gpu-visible", "cuda-build", "driver-floor", "shm")
 REQUIRED_TIER2 = ("loss-falling", "grads")
+
+
+def kill_after_s(timeout_s: int) -> int:
+    """The one timeout rule of every smoke runner (host subprocess, image build, validate):
+    kill the payload SMOKE_GRACE_S after the plan's timeout_s."""
+    return int(timeout_s) + SMOKE_GRACE_S
+
+
+def payload_command(*, allow_cpu: bool) -> tuple[str, ...]:
+    """The payload as an image runs it: the venv's python (on PATH) and the image's plan."""
+    command: tuple[str, ...] = ("python", PAYLOAD_DIR, "--plan", PLAN_PATH)
+    return (*command, "--allow-cpu") if allow_cpu else command
 
 
 @dataclass(frozen=True)
@@ -75,10 +93,35 @@ class SmokeVerdict:
 class SmokeOutcome:
     """One `envbuild smoke` run (api.smoke): the plan sent, the payload's report, the verdict."""
 
-    plan: dict[str, Any]
+    plan: SmokePlan
     report: dict[str, Any]
     verdict: SmokeVerdict
     returncode: int
+
+
+@dataclass(frozen=True)
+class SmokeJudgement:
+    """What a judge concluded from one smoke run's output."""
+
+    ok: bool
+    report: Mapping[str, Any]
+    """The payload's report (the JSON after REPORT_MARKER)."""
+    failed: tuple[Mapping[str, str], ...] = ()
+    """{"name", "figure", "hint"} of each failed check; hint = what usually fixes it."""
+    summary: str = ""
+
+
+def judge(stdout: str, plan: Mapping[str, Any]) -> SmokeJudgement:
+    """Read the report in a payload's stdout and judge it against its plan (SmokeFailed when
+    there is no readable report)."""
+    report = parse_report(stdout)
+    verdict = evaluate(report, plan)
+    return SmokeJudgement(
+        ok=verdict.ok,
+        report=report,
+        failed=tuple({"name": f.name, "figure": f.figure, "hint": f.hint} for f in verdict.failed),
+        summary=verdict.summary,
+    )
 
 
 # --- plan ------------------------------------------------------------------------------------
@@ -90,7 +133,7 @@ def plan(
     allow_cpu: bool,
     matrix: Matrix,
     tier: int | None = None,
-) -> dict[str, Any]:
+) -> SmokePlan:
     """The smoke plan for a lock (None = a bare host: no expectations, framework detected).
 
     Deterministic (sorted keys when dumped, no clock): it is written into the build context.
@@ -126,13 +169,13 @@ def plan(
             driver_floor = stack.floors.effective
         locked_archs = list(stack.archs)
     baselines = [
-        {
-            "gpu": b.gpu,
-            "bf16_tflops": b.bf16_tflops,
-            "mem_bw_tbs": b.mem_bw_tbs,
-            "confidence": b.confidence,
-            "source": b.source,
-        }
+        Baseline(
+            gpu=b.gpu,
+            bf16_tflops=b.bf16_tflops,
+            mem_bw_tbs=b.mem_bw_tbs,
+            confidence=b.confidence,
+            source=b.source,
+        )
         for b in sorted(matrix.baselines, key=lambda b: b.gpu)
     ]
     return {
@@ -153,6 +196,8 @@ def plan(
         "floor_ratio": ck.FLOOR_RATIO,
         "multi_gpu": True,
         "collective_timeout_s": COLLECTIVE_TIMEOUT_S,
+        # No request or lock key chooses it: the payload picks per GPU (docs/smoke.md).
+        "precision": ck.DEFAULT_PRECISION,
     }
 
 
@@ -164,7 +209,7 @@ def parse_report(stdout: str) -> dict[str, Any]:
 
     Raises SmokeFailed (no verdict) when the line is missing or is not a report.
     """
-    prefix = ck.REPORT_MARKER + " "
+    prefix = REPORT_MARKER + " "
     line = next(
         (ln for ln in reversed(stdout.splitlines()) if ln.startswith(prefix)),
         None,
@@ -235,23 +280,41 @@ def evaluate(report: Mapping[str, Any], plan: Mapping[str, Any]) -> SmokeVerdict
     checks = [c for c in report.get("checks", []) if isinstance(c, Mapping)]
     failed = [_failed(c) for c in checks if c.get("status") == "fail"]
     warnings = tuple(_failed(c) for c in checks if c.get("status") == "warn")
-    names = {str(c.get("name")) for c in checks}
-    failed_names = {f.name for f in failed}
     device = str(report.get("device", "cpu"))
-
-    def add(name: str, figure: str, hint: str, tier: int = 1) -> None:
-        if name not in failed_names:
-            failed.append(FailedCheck(name, tier, "fail", figure, hint))
-            failed_names.add(name)
-
     # A report that failed on its own already says why; the defences below catch a report
     # that passes without having tested what the plan asks (CPU fallback, skipped checks).
     own_failure = bool(failed)
-    want_fw = str(plan.get("framework") or "auto")
-    if want_fw != "auto" and report.get("framework") != want_fw:
+    failed_names = {f.name for f in failed}
+    for extra in _plan_failures(report, plan, checks, device, own_failure):
+        if extra.name not in failed_names:
+            failed.append(extra)
+            failed_names.add(extra.name)
+    ok = not failed
+    summary = _summary(report, device, ok, len(checks), failed, warnings)
+    return SmokeVerdict(
+        ok=ok, failed=tuple(failed), warnings=warnings, device=device, summary=summary
+    )
+
+
+def _plan_failures(
+    report: Mapping[str, Any],
+    plan: Mapping[str, Any],
+    checks: list[Mapping[str, Any]],
+    device: str,
+    own_failure: bool,
+) -> list[FailedCheck]:
+    """What the plan asks that the report does not show: the framework, the GPU, the locked
+    versions and the required checks (the latter three only for a report that passes)."""
+    out: list[FailedCheck] = []
+
+    def add(name: str, figure: str, hint: str, tier: int = 1) -> None:
+        out.append(FailedCheck(name, tier, "fail", figure, hint))
+
+    want_framework = str(plan.get("framework") or "auto")
+    if want_framework != "auto" and report.get("framework") != want_framework:
         add(
             "framework",
-            f"the payload tested {report.get('framework')!r}, the plan {want_fw!r}",
+            f"the payload tested {report.get('framework')!r}, the plan {want_framework!r}",
             "run the image's own payload and plan (/opt/envbuild/plan.json)",
         )
     if device != "cuda" and not plan.get("allow_cpu") and not own_failure:
@@ -261,29 +324,11 @@ def evaluate(report: Mapping[str, Any], plan: Mapping[str, Any]) -> SmokeVerdict
             "no GPU was visible: run the container with `--gpus all`; --allow-cpu only for "
             "CPU images",
         )
-    versions = report.get("versions") or {}
-    for label, expected in sorted((plan.get("expect") or {}).items()):
-        entry = versions.get(label) if isinstance(versions, Mapping) else None
-        if not isinstance(entry, Mapping):
-            if not own_failure:
-                add(
-                    f"version:{label}",
-                    "missing from the report",
-                    "the payload did not report this version: rebuild the image",
-                )
-            continue
-        seen = entry.get("seen")
-        if label == "nccl" and seen is None and report.get("framework") != "torch":
-            continue  # jax and tensorflow do not report their NCCL; the payload skips it
-        if ck.version_matches(str(expected), None if seen is None else str(seen)) is False:
-            add(
-                f"version:{label}",
-                f"seen {seen or 'none'}, plan expects {expected}",
-                f"the image does not hold the locked {label}: rebuild it from its lock",
-            )
+    out += _version_failures(report, plan, own_failure)
     required = list(REQUIRED_TIER1)
     if int(plan.get("tier", 2)) >= 2:
         required += list(REQUIRED_TIER2)
+    names = {str(c.get("name")) for c in checks}
     for name in required if not own_failure else ():
         if name not in names:
             add(
@@ -293,8 +338,53 @@ def evaluate(report: Mapping[str, Any], plan: Mapping[str, Any]) -> SmokeVerdict
                 "the image",
                 tier=1 if name in REQUIRED_TIER1 else 2,
             )
-    ok = not failed
-    total = len(checks)
+    return out
+
+
+def _version_failures(
+    report: Mapping[str, Any], plan: Mapping[str, Any], own_failure: bool
+) -> list[FailedCheck]:
+    out: list[FailedCheck] = []
+    versions = report.get("versions") or {}
+    for label, expected in sorted((plan.get("expect") or {}).items()):
+        entry = versions.get(label) if isinstance(versions, Mapping) else None
+        if not isinstance(entry, Mapping):
+            if not own_failure:
+                out.append(
+                    FailedCheck(
+                        f"version:{label}",
+                        1,
+                        "fail",
+                        "missing from the report",
+                        "the payload did not report this version: rebuild the image",
+                    )
+                )
+            continue
+        seen = entry.get("seen")
+        if label == "nccl" and seen is None and report.get("framework") != "torch":
+            continue  # jax and tensorflow do not report their NCCL; the payload skips it
+        if ck.version_matches(str(expected), None if seen is None else str(seen)) is False:
+            out.append(
+                FailedCheck(
+                    f"version:{label}",
+                    1,
+                    "fail",
+                    f"seen {seen or 'none'}, plan expects {expected}",
+                    f"the image does not hold the locked {label}: rebuild it from its lock",
+                )
+            )
+    return out
+
+
+def _summary(
+    report: Mapping[str, Any],
+    device: str,
+    ok: bool,
+    total: int,
+    failed: list[FailedCheck],
+    warnings: tuple[FailedCheck, ...],
+) -> str:
+    """The verdict line a CLI prints."""
     # The GPUs the framework saw (CUDA_VISIBLE_DEVICES applied), else every GPU NVML lists.
     seen_gpus = (report.get("metrics") or {}).get("framework_gpus")
     if not isinstance(seen_gpus, list):
@@ -307,14 +397,10 @@ def evaluate(report: Mapping[str, Any], plan: Mapping[str, Any]) -> SmokeVerdict
     took = f" in {float(seconds):.1f} s" if isinstance(seconds, (int, float)) else ""
     if ok:
         extra = f", {len(warnings)} warning(s)" if warnings else ""
-        summary = f"smoke PASS: {where}, {total} checks{extra}{took}"
-    else:
-        summary = (
-            f"smoke FAIL: {where}, {len(failed)} of {max(total, len(failed))} checks failed "
-            f"({', '.join(f.name for f in failed)}){took}"
-        )
-    return SmokeVerdict(
-        ok=ok, failed=tuple(failed), warnings=warnings, device=device, summary=summary
+        return f"smoke PASS: {where}, {total} checks{extra}{took}"
+    return (
+        f"smoke FAIL: {where}, {len(failed)} of {max(total, len(failed))} checks failed "
+        f"({', '.join(f.name for f in failed)}){took}"
     )
 
 

@@ -1,12 +1,13 @@
-"""Will this lock run on that host? Pure pre-flight, fleet view, Job manifest, JUnit XML.
+"""Will this lock run on that host? Pure pre-flight and fleet view (`envbuild.reports` writes
+them as a Kubernetes Job and JUnit XML).
 
-Nothing here starts a container or reads a file: `api.validate*` gathers the lock and the host
-facts and runs the smoke payload; this module decides. The checks, and why each exists:
+Nothing here starts a container or reads a file: `envbuild.app.validate` gathers the lock and
+the host facts and runs the smoke payload; this module decides. The checks, and why each exists:
 
 - driver floor: the lock records two driver minimums (`Floors`); the host's driver must reach
   the one the lock relies on. The NVIDIA Container Toolkit does not check this under CDI
-  (internal/modifier/cdi.go has no requirement check; see ../shared/reference/
-  reliability-performance.md A4), so a too-new image would start and fail at CUDA init.
+  (https://github.com/NVIDIA/nvidia-container-toolkit, internal/modifier/cdi.go has no
+  requirement check), so a too-new image would start and fail at CUDA init.
 - compute capability: each GPU must be covered by a cubin of the same major and a minor <= the
   device's, or by PTX of a cc <= the device's, which the driver JIT-compiles; JIT of PTX needs
   the toolkit's own driver floor, not the minor-version-compatibility one (CUDA C++
@@ -21,24 +22,27 @@ facts and runs the smoke payload; this module decides. The checks, and why each 
 
 from __future__ import annotations
 
-import json
 import re
-import xml.etree.ElementTree as ET
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, Generic, Literal, TypeVar
 
 from packaging.version import Version
 
-from envbuild.archs import ArchRules, coverage, parse_arch
+from envbuild import require_cuda
+from envbuild.archs import ArchRules, cc_tuple
+from envbuild.archs import arch_coverage as arch_coverage
+from envbuild.matrix import LibRelease, Matrix
 from envbuild.models import Host, HostGpu, Lock
+from envbuild.require_cuda import RequireResult as RequireResult
+from envbuild.require_cuda import evaluate_require as evaluate_require
+from envbuild.require_cuda import require_properties as require_properties
+from envbuild.resolver import parse_gpu
+from envbuild.smoke import MIN_FREE_MIB
 from envbuild.versions import try_version
 
 Status = Literal["pass", "fail", "skip"]
 S = TypeVar("S", bound=str)
-
-SMOKE_COMMAND = ("python", "/opt/envbuild/payload", "--plan", "/opt/envbuild/plan.json")
-"""How the smoke payload runs inside every envbuild image (venv /opt/venv is on PATH)."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,10 @@ class Preflight:
     lock: str
     host: str
     checks: tuple[Check, ...]
+    verdict: HostVerdict | None = None
+    """runs / runs_minor_compat / does_not_run, with the one fix or what MVC gives up."""
+    require_cuda: str = ""
+    """The image's whole NVIDIA_REQUIRE_CUDA (text output shows it briefly)."""
 
     @property
     def ok(self) -> bool:
@@ -84,129 +92,9 @@ class Preflight:
             "host": self.host,
             "ok": self.ok,
             "checks": [c.to_json() for c in self.checks],
+            **({"verdict": self.verdict.to_json()} if self.verdict else {}),
+            **({"require_cuda": self.require_cuda} if self.require_cuda else {}),
         }
-
-
-# --- versions ------------------------------------------------------------------------------------
-
-
-# --- NVIDIA_REQUIRE_CUDA -------------------------------------------------------------------------
-
-_OPERATORS = ("!=", "<=", ">=", "=", "<", ">")
-"""Longest first, as the toolkit's parser tries them (factory.go)."""
-_VERSION_PROPERTIES = ("cuda", "driver", "arch")
-_STRING_PROPERTIES = ("brand",)
-
-
-@dataclass(frozen=True)
-class RequireResult:
-    ok: bool
-    expression: str
-    unsatisfied: tuple[str, ...] = ()
-    """For a failed expression: every OR term, each with the factor that failed and why."""
-
-
-def _compare(prop: str, have: str | None, op: str, want: str) -> tuple[bool, str]:
-    """One factor `prop op want` against the host's value; (satisfied, why not)."""
-    if prop in _STRING_PROPERTIES:
-        value = have or ""
-        cmp = (value > want) - (value < want)
-    else:
-        want_v = try_version(want)
-        if want_v is None:
-            return False, f"{prop}{op}{want}: {want!r} is not a version"
-        have_v = try_version(have)
-        if have_v is None:
-            # The toolkit compares with semver, where an unknown (invalid) version is lower
-            # than every valid one; "unknown" therefore fails >=, > and = like it would there.
-            return op in ("<", "<=", "!="), f"{prop}{op}{want}: host {prop} unknown"
-        cmp = (have_v > want_v) - (have_v < want_v)
-    ok = {
-        "=": cmp == 0,
-        "!=": cmp != 0,
-        "<": cmp < 0,
-        "<=": cmp <= 0,
-        ">": cmp > 0,
-        ">=": cmp >= 0,
-    }[op]
-    return ok, f"{prop}{op}{want}: host has {prop}={have or 'unknown'}"
-
-
-def evaluate_require(expression: str, properties: Mapping[str, str | None]) -> RequireResult:
-    """Evaluate one NVIDIA_REQUIRE_* value against host properties (cuda, driver, arch, brand).
-
-    "cuda>=12.8 brand=tesla,driver>=470,driver<471" is true when the driver supports CUDA
-    12.8, or when it is a Tesla-brand GPU on a 470 driver (the forward-compatibility clause).
-    """
-    terms = [t for t in expression.split(" ") if t.strip()]
-    if not terms:
-        return RequireResult(ok=True, expression=expression)
-    failures: list[str] = []
-    evaluated = 0
-    for term in terms:
-        term_ok = True
-        why = ""
-        counted = False
-        for factor in (f for f in term.split(",") if f.strip()):
-            m = re.match(r"([^<>=!]*)(.*)$", factor)
-            assert m is not None  # the pattern matches every string
-            prop, rest = m.group(1), m.group(2)
-            if prop not in _VERSION_PROPERTIES and prop not in _STRING_PROPERTIES:
-                continue  # the toolkit skips constraints on properties it does not know
-            op = next((o for o in _OPERATORS if rest.startswith(o)), "")
-            if not op:
-                term_ok, why = False, f"{factor}: no comparison operator"
-                counted = True
-                break
-            counted = True
-            ok, reason = _compare(prop, properties.get(prop), op, rest[len(op) :])
-            if not ok:
-                term_ok, why = False, reason
-                break
-        if not counted:
-            continue
-        evaluated += 1
-        if term_ok:
-            return RequireResult(ok=True, expression=expression)
-        failures.append(f"{term} (fails on {why})")
-    if evaluated == 0:
-        return RequireResult(ok=True, expression=expression)
-    return RequireResult(ok=False, expression=expression, unsatisfied=tuple(failures))
-
-
-def require_properties(host: Host, gpu: HostGpu | None) -> dict[str, str | None]:
-    """The properties the toolkit compares NVIDIA_REQUIRE_* with, for one GPU of a host."""
-    return {
-        "cuda": host.cuda_driver,
-        "driver": host.driver,
-        "arch": gpu.cc if gpu else None,
-        "brand": (gpu.brand or None) if gpu else None,
-    }
-
-
-# --- compute capability --------------------------------------------------------------------------
-
-
-def arch_coverage(
-    archs: Sequence[str], cc: str, rules: ArchRules | None = None
-) -> tuple[Literal["cubin", "ptx", "none"], str]:
-    """How a build's archs cover a device: a cubin, else PTX to JIT, else nothing.
-
-    The rule is envbuild.archs.coverage, the same one the resolver uses (cubin: same major,
-    lower or equal minor; sm_XYa: exactly X.Y; PTX: any device >= X.Y; Tegra and renamed
-    archs through `rules`). Names that are not architectures (a hand-edited lock) are ignored.
-    """
-    valid = [a for a in archs if _is_arch(a)]
-    how, arch = coverage(valid, cc, rules or ArchRules())
-    return (how or "none", arch or "")
-
-
-def _is_arch(text: str) -> bool:
-    try:
-        parse_arch(text)
-    except ValueError:
-        return False
-    return True
 
 
 # --- pre-flight ----------------------------------------------------------------------------------
@@ -220,6 +108,19 @@ def host_checks(facts: Mapping[str, Any] | None) -> list[Check]:
     if not isinstance(driver, dict):
         return []
     err = driver.get("nvml_error")
+    if err in ("LibraryNotFound", "DriverNotLoaded", "PynvmlMissing"):
+        # No driver (or no NVML bindings to ask it): say so plainly, not "NVML cannot start".
+        return [
+            Check(
+                "gpus",
+                "fail",
+                "cannot look for NVIDIA GPUs: the Python package nvidia-ml-py is not installed"
+                if err == "PynvmlMissing"
+                else f"{NO_GPU} (no NVIDIA driver: NVML says {err})",
+                "run it on a host with an NVIDIA GPU; if this machine has one, install its "
+                "driver and check that `nvidia-smi` lists it",
+            )
+        ]
     if err == "LibRmVersionMismatch":
         return [
             Check(
@@ -253,43 +154,84 @@ def host_checks(facts: Mapping[str, Any] | None) -> list[Check]:
     ]
 
 
-def _driver_check(lock: Lock, host: Host) -> Check:
+# What the host offers, as the checks see it: its driver's CUDA version comes from the facts
+# (NVML's answer) or, for hand-written facts, from the matrix's toolkit driver floors.
+
+
+def driver_cuda(driver: str | None, matrix: Matrix | None) -> str | None:
+    """The CUDA version (major.minor) a driver supports: the newest CUDA release whose toolkit
+    driver floor it reaches (matrix/cuda.toml; NVML reports the same for a Linux driver)."""
+    have = try_version(driver)
+    if have is None or matrix is None:
+        return None
+    best: tuple[int, ...] | None = None
+    for row in matrix.cuda:
+        floor, release = try_version(row.toolkit_driver), try_version(row.version)
+        if floor is None or release is None or floor > have:
+            continue
+        mm = (*release.release, 0)[:2]
+        best = mm if best is None else max(best, mm)
+    return f"{best[0]}.{best[1]}" if best else None
+
+
+def gpu_cc_of(matrix: Matrix) -> Callable[[str], str]:
+    """name -> compute capability through the matrix's GPU names (what `host_from_facts`
+    needs for facts without `cc`); an unknown or ambiguous name is a UserError."""
+    return lambda name: parse_gpu(matrix, name).cc
+
+
+def _floor(lock: Lock) -> tuple[str, bool]:
+    """The driver a host needs for the lock's CUDA, and whether it is the minor-version-
+    compatibility floor (always, unless the lock says compat = "strict" or has none)."""
     floors = lock.stack.floors
     assert floors is not None
+    mvc = try_version(floors.minor_compat)
+    if lock.compat == "strict" or mvc is None or mvc >= Version(floors.toolkit):
+        return floors.toolkit, False
+    return str(floors.minor_compat), True
+
+
+def _driver_check(lock: Lock, host: Host, cuda: str | None) -> Check:
+    floors = lock.stack.floors
+    assert floors is not None
+    floor, mvc = _floor(lock)
     have = try_version(host.driver)
     if have is None:
         return Check(
             "driver-floor",
             "fail",
-            f"host driver unknown; the lock needs >= {floors.effective}",
-            "run `envbuild doctor` on the host to see why NVML gives no driver version",
+            f"the host's driver version is not recorded; CUDA {lock.stack.cuda} needs >= {floor}",
+            RECORD_FACTS,
         )
-    toolkit = Version(floors.toolkit)
-    effective = Version(floors.effective)
-    if have >= toolkit:
+    if have >= Version(floors.toolkit):
         return Check(
             "driver-floor",
             "pass",
             f"driver {host.driver} >= {floors.toolkit}, the CUDA {lock.stack.cuda} toolkit's own "
             "floor (full feature set)",
         )
-    if have >= effective:
+    supports = f" (it supports CUDA {cuda})" if cuda else ""
+    if have >= Version(floor):
         return Check(
             "driver-floor",
             "pass",
-            f"driver {host.driver} >= {floors.effective}, the minor-version-compatibility floor "
-            f"the lock relies on (limited features below {floors.toolkit}: no JIT of newer PTX)",
+            f"driver {host.driver} >= {floor}, the minor-version-compatibility floor of CUDA "
+            f"{floor_major(lock)}.x; below {floors.toolkit}, CUDA {lock.stack.cuda}'s own "
+            f"floor{supports}",
         )
-    relied = "minor-version-compatibility" if floors.relied_on == "minor_compat" else "toolkit"
+    which = "minor-version-compatibility" if mvc else "toolkit"
+    strict = ' (the lock says compat = "strict")' if lock.compat == "strict" else ""
     return Check(
         "driver-floor",
         "fail",
-        f"driver {host.driver} < {floors.effective}, the {relied} floor of CUDA "
-        f"{lock.stack.cuda} that the lock relies on",
-        f"upgrade the host driver to >= {floors.effective}, or re-lock for this host: set "
-        f'targets.driver = "{host.driver}" in the image\'s envbuild.toml and run '
-        f"`envbuild lock images/{lock.name}`",
+        f"driver {host.driver} < {floor}, the {which} floor of CUDA {lock.stack.cuda}"
+        f"{strict}{supports}",
+        f"upgrade the host driver to >= {floor}",
     )
+
+
+def floor_major(lock: Lock) -> str:
+    return (lock.stack.cuda or "?").split(".")[0]
 
 
 def _arch_checks(lock: Lock, host: Host, rules: ArchRules | None = None) -> list[Check]:
@@ -333,56 +275,364 @@ def _arch_checks(lock: Lock, host: Host, rules: ArchRules | None = None) -> list
     return out
 
 
-def _short_require(expr: str) -> str:
-    """The expression as people read it: nvidia/cuda bases carry dozens of forward-compat
-    `brand=` clauses; name the first constraint and count the rest."""
-    parts = expr.split()
-    brands = [p for p in parts if p.startswith("brand=")]
-    if len(brands) <= 2:
-        return repr(expr)
-    rest = " ".join(p for p in parts if not p.startswith("brand="))
-    return f"'{rest}' (+{len(brands)} brand= forward-compat clauses)"
+def _cudnn_row(lock: Lock, matrix: Matrix | None) -> LibRelease | None:
+    row = matrix.lib("cudnn", lock.stack.cudnn) if matrix and lock.stack.cudnn else None
+    return row if row is not None and (row.min_cc or row.max_cc) else None
 
 
-def _short_unsatisfied(failures: Sequence[str], host: Host, gpu: HostGpu | None) -> str:
-    """Why the expression is false, readable: the `cuda>=` term in full, the dozens of `brand=`
-    forward-compat clauses of nvidia/cuda bases as one count (each failing line was as long as
-    a screen and said the same thing)."""
-    brands = [f for f in failures if f.startswith("brand=")]
-    shown = [f for f in failures if not f.startswith("brand=")]
-    if len(brands) <= 2:
-        return "; ".join(failures)
-    brand = (gpu.brand if gpu else None) or "unknown"
-    shown.append(
-        f"none of the {len(brands)} brand= forward-compat clauses matches "
-        f"(brand={brand}, driver={host.driver or 'unknown'})"
-    )
-    return "; ".join(shown)
+def _below_cudnn(row: LibRelease | None, gpu: HostGpu) -> bool:
+    return bool(row and row.min_cc and cc_tuple(gpu.cc) < cc_tuple(row.min_cc))
 
 
-def _require_check(lock: Lock, host: Host) -> Check:
+def _cudnn_check(lock: Lock, host: Host, matrix: Matrix | None) -> tuple[list[Check], list[str]]:
+    """The build's cuDNN against each GPU: below its support range cuDNN refuses the device;
+    above the newest capability its support matrix lists is untested, not excluded."""
+    row = _cudnn_row(lock, matrix)
+    if row is None:
+        return [], []
+    version = lock.stack.cudnn
+    notes = [
+        f"cuDNN {version}'s support matrix lists compute capability up to {row.max_cc}; GPU "
+        f"{g.index} {g.name} is {g.cc} (not listed, not excluded)"
+        for g in host.gpus
+        if row.max_cc and cc_tuple(g.cc) > cc_tuple(row.max_cc)
+    ]
+    low = [g for g in host.gpus if _below_cudnn(row, g)]
+    if low:
+        g = low[0]
+        return [
+            Check(
+                "cudnn",
+                "fail",
+                f"cuDNN {version} supports compute capability >= {row.min_cc}; GPU {g.index} "
+                f"{g.name} is {g.cc}",
+                f'add "{g.name}" to targets.gpus in the image\'s envbuild.toml and run '
+                f"`envbuild lock images/{lock.name}`",
+            )
+        ], notes
+    span = f"{row.min_cc or 'any'} to {row.max_cc or 'newest'}"
+    return [Check("cudnn", "pass", f"cuDNN {version} supports compute capability {span}")], notes
+
+
+def _require_check(lock: Lock, host: Host, cuda: str | None) -> tuple[Check, list[str]]:
+    """NVIDIA_REQUIRE_CUDA on every GPU. Facts without a brand: the expression is tried with
+    every brand its clauses name, and a GeForce board (named by none) is said to be refused."""
     expr = lock.stack.base_image.require_cuda.strip()
     if not expr:
-        return Check("require-cuda", "skip", "the image sets no NVIDIA_REQUIRE_CUDA")
-    gpus: Sequence[HostGpu | None] = host.gpus or (None,)
-    for gpu in gpus:
-        res = evaluate_require(expr, require_properties(host, gpu))
-        if not res.ok:
-            which = f"GPU {gpu.index} of " if gpu else ""
-            return Check(
-                "require-cuda",
-                "fail",
-                f"NVIDIA_REQUIRE_CUDA={_short_require(expr)} is false on {which}this host: "
-                + _short_unsatisfied(res.unsatisfied, host, gpu),
-                f"upgrade the driver so it supports CUDA {_cuda_of_expr(expr) or lock.stack.cuda}, "
-                f'or re-lock with targets.driver = "{host.driver}"',
+        return Check("require-cuda", "skip", "the image sets no NVIDIA_REQUIRE_CUDA"), []
+    short = require_cuda.short_form(expr)
+    notes: list[str] = []
+    for gpu in host.gpus or (None,):
+        res = evaluate_require(expr, require_properties(host, gpu, cuda=cuda))
+        if res.ok:
+            continue
+        if gpu is not None and not gpu.brand:
+            brands = sorted(
+                (
+                    b
+                    for b in require_cuda.brands_of(expr)
+                    if evaluate_require(expr, require_properties(host, gpu, cuda=cuda, brand=b)).ok
+                ),
+                key=lambda b: b == "unknown",  # NVML's "unknown" brand last: it reads oddly
             )
-    return Check("require-cuda", "pass", f"NVIDIA_REQUIRE_CUDA={_short_require(expr)} holds")
+            if brands:
+                more = f" and {len(brands) - 3} more" if len(brands) > 3 else ""
+                notes.append(
+                    f"NVIDIA_REQUIRE_CUDA holds on GPU {gpu.index} only through its forward-"
+                    f"compat clauses for brand {', '.join(brands[:3])}{more}; the facts record "
+                    f"no brand, and a {require_cuda.CONSUMER_BRAND} board would be refused by "
+                    "the runtime's legacy hook (`envbuild doctor --json` records the brand)"
+                )
+                continue
+        which = f"GPU {gpu.index} of " if gpu else ""
+        why = require_cuda.short_unsatisfied(
+            res.unsatisfied, host.driver, gpu.brand if gpu else None
+        )
+        return Check(
+            "require-cuda",
+            "fail",
+            f"NVIDIA_REQUIRE_CUDA={short} is false on {which}this host: {why}",
+            _require_next_step(lock, host, cuda, expr),
+        ), notes
+    derived = (
+        f" (CUDA {cuda} derived from driver {host.driver})" if cuda and not host.cuda_driver else ""
+    )
+    return Check("require-cuda", "pass", f"NVIDIA_REQUIRE_CUDA={short} holds{derived}"), notes
 
 
-def _cuda_of_expr(expr: str) -> str | None:
-    m = re.search(r"cuda>=(\d+(?:\.\d+)*)", expr)
-    return m.group(1) if m else None
+def _require_next_step(lock: Lock, host: Host, cuda: str | None, expr: str) -> str:
+    if cuda is None:
+        return RECORD_FACTS
+    step = f"upgrade the driver so it supports CUDA {require_cuda.cuda_floor_of(expr) or lock.stack.cuda}"
+    if host.driver and lock.targets.driver != host.driver:
+        step += f', or re-lock with targets.driver = "{host.driver}"'
+    return step
+
+
+def _shm_check(lock: Lock, facts: Mapping[str, Any] | None) -> tuple[list[Check], list[str]]:
+    """The host's /dev/shm. Containers get their own (docker --shm-size, the Job's memory
+    emptyDir), so a small one only matters with --ipc=host: a note, not a failure."""
+    shm = facts.get("shm") if facts else None
+    size = shm.get("size_mib") if isinstance(shm, Mapping) else None
+    need = lock.smoke.min_shm_mib
+    if not isinstance(size, int):
+        return [], []
+    if size >= need:
+        return [Check("shm", "pass", f"host /dev/shm is {size} MiB (>= {need} MiB)")], []
+    return [
+        Check(
+            "shm",
+            "pass",
+            f"host /dev/shm is {size} MiB (< {need} MiB): containers need their own",
+        )
+    ], [
+        f"give containers their own /dev/shm of >= {need} MiB (docker run --shm-size={need}m; "
+        f"the Kubernetes Job mounts a memory emptyDir), not --ipc=host: the host's is {size} MiB"
+    ]
+
+
+def _memory_checks(lock: Lock, host: Host, facts: Mapping[str, Any] | None) -> list[Check]:
+    """GPU memory against what the smoke test asks for before it starts (MIN_FREE_MIB): the
+    total size, and the free memory when the facts recorded it."""
+    tier = lock.smoke.tier
+    need = MIN_FREE_MIB.get(tier, max(MIN_FREE_MIB.values()))
+    free = _free_mib(facts)
+    out: list[Check] = []
+    for g in host.gpus:
+        name, label = f"gpu{g.index}-memory", f"GPU {g.index} {g.name}"
+        if g.memory_mib and g.memory_mib < need:
+            smaller = tier > 1 and g.memory_mib >= MIN_FREE_MIB[1]
+            out.append(
+                Check(
+                    name,
+                    "fail",
+                    f"{label} has {g.memory_mib} MiB; the smoke test (tier {tier}) needs {need} "
+                    "MiB free",
+                    f"set tier = 1 under [smoke] in images/{lock.name}/envbuild.toml (it needs "
+                    f"{MIN_FREE_MIB[1]} MiB)"
+                    if smaller
+                    else f"run it on a GPU with >= {need} MiB",
+                )
+            )
+        elif g.index in free and free[g.index] < need:
+            out.append(
+                Check(
+                    name,
+                    "fail",
+                    f"{label} had {free[g.index]} MiB free when recorded; the smoke test (tier "
+                    f"{tier}) needs {need} MiB",
+                    f"free GPU {g.index}: stop the processes `nvidia-smi` lists on it",
+                )
+            )
+    known = [g for g in host.gpus if g.memory_mib]
+    if not out and known:
+        what = "free" if all(g.index in free for g in known) else "(free memory not recorded)"
+        out.append(Check("memory", "pass", f"every GPU has >= {need} MiB {what}"))
+    return out
+
+
+def _free_mib(facts: Mapping[str, Any] | None) -> dict[int, int]:
+    gpus = facts.get("gpus") if facts else None
+    return {
+        int(g.get("index", i)): int(g["memory_free_mib"])
+        for i, g in enumerate(gpus if isinstance(gpus, list) else [])
+        if isinstance(g, Mapping) and isinstance(g.get("memory_free_mib"), int)
+    }
+
+
+# --- the verdict ---------------------------------------------------------------------------------
+
+RECORD_FACTS = (
+    "record the host's facts with `envbuild doctor --json` on it (they carry the driver and "
+    "the CUDA version it supports)"
+)
+
+Outcome = Literal["runs", "runs_minor_compat", "does_not_run"]
+
+
+@dataclass(frozen=True)
+class HostVerdict:
+    """What the pre-flight concludes about one lock on one host."""
+
+    outcome: Outcome
+    reason: str
+    """One line: what decided it."""
+    fix: str = ""
+    """does_not_run: the one change that makes it run."""
+    gives_up: str = ""
+    """runs_minor_compat: what minor-version compatibility costs on this host."""
+    notes: tuple[str, ...] = ()
+    """Worth knowing, deciding nothing (a brand the facts lack, a small host /dev/shm)."""
+
+    @property
+    def runs(self) -> bool:
+        return self.outcome != "does_not_run"
+
+    @property
+    def label(self) -> str:
+        return {
+            "runs": "runs",
+            "runs_minor_compat": "runs relying on minor-version compatibility",
+            "does_not_run": "does not run",
+        }[self.outcome]
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"outcome": self.outcome, "reason": self.reason}
+        if self.fix:
+            out["fix"] = self.fix
+        if self.gives_up:
+            out["gives_up"] = self.gives_up
+        if self.notes:
+            out["notes"] = list(self.notes)
+        return out
+
+
+def _gives_up(lock: Lock, host: Host, cuda: str | None) -> str:
+    """What running CUDA X.Y on an older driver costs (CUDA Compatibility guide, "Minor Version
+    Compatibility": https://docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility.html)."""
+    floors = lock.stack.floors
+    assert floors is not None
+    own = f"CUDA {cuda}" if cuda else "its own CUDA version"
+    return (
+        f"the driver cannot JIT-compile PTX newer than {own} (GPUs covered only by PTX, "
+        "kernels NVRTC generates at run time), and CUDA APIs that need a newer driver fail with "
+        f"cudaErrorCallRequiresNewerDriver; driver >= {floors.toolkit} gives the full feature set"
+    )
+
+
+def _relock_gpus(
+    lock: Lock, host: Host, matrix: Matrix | None, rules: ArchRules | None
+) -> list[HostGpu]:
+    """GPUs only a re-lock can serve: no code in the build, or below its cuDNN's range."""
+    row = _cudnn_row(lock, matrix)
+    return [
+        g
+        for g in host.gpus
+        if arch_coverage(lock.stack.archs, g.cc, rules)[0] == "none" or _below_cudnn(row, g)
+    ]
+
+
+def _ptx_blocked(lock: Lock, host: Host, rules: ArchRules | None) -> bool:
+    """Is a GPU covered only by PTX that this driver is too old to JIT-compile?"""
+    floors = lock.stack.floors
+    have = try_version(host.driver)
+    if floors is None or have is None or have >= Version(floors.toolkit):
+        return False
+    return any(arch_coverage(lock.stack.archs, g.cc, rules)[0] == "ptx" for g in host.gpus)
+
+
+def _driver_ok(lock: Lock, host: Host, matrix: Matrix | None, rules: ArchRules | None) -> bool:
+    """Do the driver-dependent checks pass (floor, PTX JIT, NVIDIA_REQUIRE_CUDA)?"""
+    cuda = host.cuda_driver or driver_cuda(host.driver, matrix)
+    floor = _driver_check(lock, host, cuda)
+    require = _require_check(lock, host, cuda)[0]
+    return "fail" not in (floor.status, require.status) and not _ptx_blocked(lock, host, rules)
+
+
+def _driver_needed(lock: Lock, host: Host, matrix: Matrix | None, rules: ArchRules | None) -> str:
+    """The driver to upgrade to: the lock's floor when that passes every driver-dependent
+    check (floor, PTX JIT, NVIDIA_REQUIRE_CUDA), else the toolkit's own floor."""
+    floors = lock.stack.floors
+    assert floors is not None
+    floor, _ = _floor(lock)
+    if "." not in floor and matrix is not None:
+        # A branch ("580": CUDA 13's minor-version floor): its first release in the matrix.
+        branch = [r.toolkit_driver for r in matrix.cuda if r.toolkit_driver.split(".")[0] == floor]
+        floor = min(branch, key=Version) if branch else floor
+    have = try_version(host.driver)
+    if have is None or Version(floor) > have:
+        trial = replace(host, driver=floor, cuda_driver=driver_cuda(floor, matrix))
+        if _driver_ok(lock, trial, matrix, rules):
+            return floor
+    return floors.toolkit
+
+
+def _one_fix(
+    lock: Lock,
+    host: Host,
+    failed: Sequence[Check],
+    cuda: str | None,
+    matrix: Matrix | None,
+    rules: ArchRules | None,
+) -> str:
+    """The single change that makes the lock run here, never one that is already true."""
+    names = {c.name for c in failed}
+    for c in failed:
+        if c.name in ("nvml", "gpus") or re.fullmatch(r"gpu\d+", c.name):
+            return c.next_step
+    if try_version(host.driver) is None or ("require-cuda" in names and cuda is None):
+        return RECORD_FACTS
+    where = f"images/{lock.name}"
+    floor, mvc = _floor(lock)
+    have = Version(str(host.driver))
+    ptx = _ptx_blocked(lock, host, rules)
+    driver_fails = bool(names & {"driver-floor", "require-cuda"}) or ptx
+    missing = _relock_gpus(lock, host, matrix, rules)
+    relock_driver = mvc and have >= Version(floor) and lock.targets.driver != host.driver
+    if missing:
+        parts = []
+        add = sorted(
+            {
+                g.name
+                for g in missing
+                if f"sm_{g.cc.replace('.', '')}" not in lock.stack.target_archs
+            }
+        )
+        if add:
+            parts.append("add " + ", ".join(f'"{n}"' for n in add) + " to targets.gpus")
+        if driver_fails and relock_driver:
+            parts.append(f'set targets.driver = "{host.driver}"')
+        if parts:
+            return f"{' and '.join(parts)} in {where}/envbuild.toml, then `envbuild lock {where}`"
+        return f"re-lock with `envbuild lock --upgrade {where}`: its targets name these GPUs"
+    if driver_fails:
+        if "driver-floor" not in names and not ptx and relock_driver:
+            return (
+                f're-lock for this host: set targets.driver = "{host.driver}" in '
+                f"{where}/envbuild.toml, then `envbuild lock {where}` (its NVIDIA_REQUIRE_CUDA then "
+                "asks only for what this driver runs under minor-version compatibility)"
+            )
+        need = _driver_needed(lock, host, matrix, rules)
+        supports = driver_cuda(need, matrix)
+        return f"upgrade the host driver to >= {need}" + (f" (CUDA {supports})" if supports else "")
+    return failed[0].next_step
+
+
+NO_GPU = "the machine has no NVIDIA GPU"
+
+
+def _verdict(
+    lock: Lock,
+    host: Host,
+    checks: Sequence[Check],
+    notes: Sequence[str],
+    cuda: str | None,
+    matrix: Matrix | None,
+    rules: ArchRules | None,
+) -> HostVerdict:
+    failed = [c for c in checks if c.status == "fail"]
+    if failed:
+        fix = _one_fix(lock, host, failed, cuda, matrix, rules)
+        return HostVerdict("does_not_run", failed[0].detail, fix=fix, notes=tuple(notes))
+    floors = lock.stack.floors
+    assert floors is not None
+    have = try_version(host.driver)
+    if have is not None and have < Version(floors.toolkit):
+        floor, _ = _floor(lock)
+        return HostVerdict(
+            "runs_minor_compat",
+            f"driver {host.driver} is below {floors.toolkit}, CUDA {lock.stack.cuda}'s own floor, "
+            f"and reaches {floor}, the minor-version-compatibility floor of CUDA "
+            f"{floor_major(lock)}.x",
+            gives_up=_gives_up(lock, host, cuda),
+            notes=tuple(notes),
+        )
+    return HostVerdict(
+        "runs",
+        f"driver {host.driver} reaches CUDA {lock.stack.cuda}'s own floor {floors.toolkit} and "
+        "the build has code for every GPU",
+        notes=tuple(notes),
+    )
 
 
 def preflight(
@@ -392,270 +642,52 @@ def preflight(
     facts: Mapping[str, Any] | None = None,
     lock_label: str | None = None,
     rules: ArchRules | None = None,
+    matrix: Matrix | None = None,
 ) -> Preflight:
     """Everything that can be decided before starting a container: does `lock` run on `host`?
 
-    `rules`: the matrix's Tegra capabilities and arch renames
-    (`ArchRules.from_archs(load_matrix().archs)`); None = desktop rules only."""
+    `matrix` (the loaded matrix) derives the CUDA version a driver supports when the facts do
+    not carry it, the cuDNN range and the arch rules; `rules` alone: the matrix's Tegra
+    capabilities and arch renames (`ArchRules.from_archs(matrix.archs)`); neither = desktop
+    rules, no derivation."""
     label = lock_label or lock.name
     host_name = host.name or "this host"
+    expr = lock.stack.base_image.require_cuda
     if lock.stack.floors is None or lock.stack.cuda is None:
-        return Preflight(
-            label,
-            host_name,
-            (Check("cpu-image", "pass", "a CPU image: needs no driver or GPU"),),
-        )
-    blockers = host_checks(facts)
-    if blockers:
-        # NVML is down: nothing GPU-related can start, and every other answer would be noise.
-        return Preflight(label, host_name, tuple(blockers))
-    checks: list[Check] = []
-    if not host.gpus:
-        checks.append(
+        cpu = Check("cpu-image", "pass", "a CPU image: needs no driver or GPU")
+        return Preflight(label, host_name, (cpu,), HostVerdict("runs", cpu.detail))
+    if rules is None and matrix is not None:
+        rules = ArchRules.from_archs(matrix.archs)
+    stop = host_checks(facts)
+    if not stop and not host.gpus:
+        stop = [
             Check(
                 "gpus",
                 "fail",
-                "the host has no NVIDIA GPU that NVML can see",
-                "run `envbuild doctor` on the host",
+                f"{NO_GPU} (NVML lists none)",
+                "run it on a host with an NVIDIA GPU (`envbuild doctor` there lists them)",
             )
-        )
-    checks.append(_driver_check(lock, host))
-    checks.extend(_arch_checks(lock, host, rules))
-    checks.append(_require_check(lock, host))
-    return Preflight(label, host_name, tuple(checks))
-
-
-# --- fleet view ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class FleetView:
-    locks: tuple[str, ...]
-    hosts: tuple[str, ...]
-    results: tuple[Preflight, ...]
-    """One per (lock, host), locks outer, hosts inner."""
-    gpu_counts: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def ok(self) -> bool:
-        return all(r.ok for r in self.results)
-
-    def result(self, lock: str, host: str) -> Preflight:
-        return next(r for r in self.results if r.lock == lock and r.host == host)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "ok": self.ok,
-            "locks": list(self.locks),
-            "hosts": list(self.hosts),
-            "results": [
-                {
-                    "lock": r.lock,
-                    "host": r.host,
-                    "runs": r.ok,
-                    "failed": [c.to_json() for c in r.failed],
-                }
-                for r in self.results
-            ],
-        }
-
-
-def unique_host_names(names: Sequence[str]) -> list[str]:
-    """Host names made unique in order: a second "gpu-1" becomes "gpu-1#2"."""
-    seen: dict[str, int] = {}
-    out: list[str] = []
-    for i, n in enumerate(names):
-        base = n or f"host{i + 1}"
-        seen[base] = seen.get(base, 0) + 1
-        out.append(base if seen[base] == 1 else f"{base}#{seen[base]}")
-    return out
-
-
-def fleet_view(
-    locks: Sequence[tuple[str, Lock]],
-    hosts: Sequence[tuple[Host, Mapping[str, Any] | None]],
-) -> FleetView:
-    """Which locks run on which hosts, decided without running anything."""
-    names = unique_host_names([h.name for h, _ in hosts])
-    results: list[Preflight] = []
-    for label, lock in locks:
-        for (host, facts), name in zip(hosts, names, strict=True):
-            pf = preflight(lock, host, facts=facts, lock_label=label)
-            results.append(Preflight(pf.lock, name, pf.checks))
-    return FleetView(
-        locks=tuple(label for label, _ in locks),
-        hosts=tuple(names),
-        results=tuple(results),
-        gpu_counts={name: len(h.gpus) for (h, _), name in zip(hosts, names, strict=True)},
-    )
-
-
-# --- Kubernetes Job manifest ---------------------------------------------------------------------
-
-_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_./-]*$")
-
-
-def _yaml_scalar(value: Any) -> str:
-    # Strings are written JSON-quoted: a JSON string is a valid YAML double-quoted scalar, so
-    # "yes", "0755" or ":" can never change type or meaning (YAML 1.2 spec, section 7.3.1).
-    if isinstance(value, bool) or value is None or isinstance(value, (int, float)):
-        return json.dumps(value)
-    return json.dumps(str(value), ensure_ascii=False)
-
-
-def _yaml_key(key: str) -> str:
-    return key if _PLAIN_KEY.match(key) else json.dumps(key)
-
-
-def _yaml_lines(value: Any, indent: int) -> list[str]:
-    pad = " " * indent
-    lines: list[str] = []
-    if isinstance(value, dict):
-        if not value:
-            return [pad + "{}"]
-        for k, v in value.items():
-            if isinstance(v, (dict, list)) and v:
-                lines.append(f"{pad}{_yaml_key(str(k))}:")
-                lines.extend(_yaml_lines(v, indent + 2))
-            else:
-                inline = "{}" if isinstance(v, dict) else "[]" if isinstance(v, list) else None
-                lines.append(f"{pad}{_yaml_key(str(k))}: {inline or _yaml_scalar(v)}")
-        return lines
-    if isinstance(value, list):
-        for item in value:
-            if isinstance(item, (dict, list)) and item:
-                sub = _yaml_lines(item, indent + 2)
-                lines.append(f"{pad}- {sub[0].lstrip()}")
-                lines.extend(sub[1:])
-            else:
-                lines.append(f"{pad}- {_yaml_scalar(item)}")
-        return lines
-    return [pad + _yaml_scalar(value)]
-
-
-def to_yaml(value: Any) -> str:
-    """A tiny YAML emitter for manifests (mappings, sequences, JSON-quoted scalars)."""
-    return "\n".join(_yaml_lines(value, 0)) + "\n"
-
-
-def k8s_name(text: str, *, prefix: str = "envbuild-validate-") -> str:
-    """A DNS-1123 label (lowercase alphanumerics and '-', at most 63 characters)."""
-    slug = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-") or "image"
-    return (prefix + slug)[:63].rstrip("-")
-
-
-PULL_MARGIN_S = 600
-"""Added to the smoke time limit in activeDeadlineSeconds: image pull and scheduling."""
-
-
-def k8s_job(
-    *,
-    image: str,
-    name: str,
-    gpus_per_pod: int,
-    pods: int = 1,
-    smoke_timeout_s: int = 600,
-    shm_size: str = "2Gi",
-    command: Sequence[str] = SMOKE_COMMAND,
-) -> dict[str, Any]:
-    """A batch/v1 Job that runs the smoke payload of `image` on `pods` distinct GPU nodes.
-
-    Each pod asks for `gpus_per_pod` whole GPUs (nvidia.com/gpu, the NVIDIA device plugin's
-    resource); pods spread one per node (topologySpreadConstraints on kubernetes.io/hostname);
-    /dev/shm is a memory emptyDir because a pod's default /dev/shm is 64 MB, too small for
-    NCCL and DataLoader workers. backoffLimit 0 and restartPolicy Never: a failed smoke run is a
-    verdict, not something to retry.
-    """
-    job_name = k8s_name(name)
-    labels = {"app.kubernetes.io/name": "envbuild-validate", "envbuild.job": job_name}
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": job_name, "labels": labels},
-        "spec": {
-            "completions": pods,
-            "parallelism": pods,
-            "completionMode": "Indexed",
-            "backoffLimit": 0,
-            "activeDeadlineSeconds": int(smoke_timeout_s) + PULL_MARGIN_S,
-            "ttlSecondsAfterFinished": 86400,
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "restartPolicy": "Never",
-                    "topologySpreadConstraints": [
-                        {
-                            "maxSkew": 1,
-                            "topologyKey": "kubernetes.io/hostname",
-                            "whenUnsatisfiable": "DoNotSchedule",
-                            "labelSelector": {"matchLabels": {"envbuild.job": job_name}},
-                        }
-                    ],
-                    "containers": [
-                        {
-                            "name": "smoke",
-                            "image": image,
-                            "command": list(command),
-                            "resources": {
-                                "limits": {"nvidia.com/gpu": int(gpus_per_pod)},
-                            },
-                            "securityContext": {
-                                "runAsNonRoot": True,
-                                "allowPrivilegeEscalation": False,
-                            },
-                            "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
-                        }
-                    ],
-                    "volumes": [
-                        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_size}}
-                    ],
-                },
-            },
-        },
-    }
-
-
-# --- JUnit XML -----------------------------------------------------------------------------------
-
-
-def junit_xml(suites: Sequence[tuple[str, Sequence[Check]]]) -> str:
-    """JUnit XML for CI: one <testsuite> per target, one <testcase> per check.
-
-    Deterministic (no timestamps or durations), so a report can be diffed.
-    """
-    root = ET.Element("testsuites", name="envbuild validate")
-    total = failures = skipped = 0
-    for suite_name, checks in suites:
-        n_fail = sum(1 for c in checks if c.status == "fail")
-        n_skip = sum(1 for c in checks if c.status == "skip")
-        suite = ET.SubElement(
-            root,
-            "testsuite",
-            name=suite_name,
-            tests=str(len(checks)),
-            failures=str(n_fail),
-            errors="0",
-            skipped=str(n_skip),
-        )
-        for c in checks:
-            case = ET.SubElement(suite, "testcase", classname=suite_name, name=c.name)
-            if c.status == "fail":
-                fail = ET.SubElement(case, "failure", message=c.detail, type="envbuild")
-                fail.text = f"{c.detail}\nnext: {c.next_step}" if c.next_step else c.detail
-            elif c.status == "skip":
-                ET.SubElement(case, "skipped", message=c.detail)
-            else:
-                out = ET.SubElement(case, "system-out")
-                out.text = c.detail
-        total += len(checks)
-        failures += n_fail
-        skipped += n_skip
-    root.set("tests", str(total))
-    root.set("failures", str(failures))
-    root.set("errors", "0")
-    root.set("skipped", str(skipped))
-    ET.indent(root)
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+        ]
+    if stop:
+        # NVML is down or there is no GPU: nothing GPU-related can start, and every other
+        # answer would be noise.
+        verdict = HostVerdict("does_not_run", stop[0].detail, fix=stop[0].next_step)
+        return Preflight(label, host_name, (*stop, *_shm_check(lock, facts)[0]), verdict, expr)
+    cuda = host.cuda_driver or driver_cuda(host.driver, matrix)
+    require, require_notes = _require_check(lock, host, cuda)
+    cudnn, cudnn_notes = _cudnn_check(lock, host, matrix)
+    shm, shm_notes = _shm_check(lock, facts)
+    checks = [
+        _driver_check(lock, host, cuda),
+        *_arch_checks(lock, host, rules),
+        *cudnn,
+        require,
+        *shm,
+        *_memory_checks(lock, host, facts),
+    ]
+    notes = require_notes + cudnn_notes + shm_notes
+    verdict = _verdict(lock, host, checks, notes, cuda, matrix, rules)
+    return Preflight(label, host_name, tuple(checks), verdict, expr)
 
 
 # --- results -------------------------------------------------------------------------------------
@@ -703,10 +735,13 @@ class ValidateResult:
     host: str
     preflight: Preflight
     smoke: tuple[Check, ...] = ()
+    environment: tuple[Check, ...] = ()
+    """What this host offers to run containers (engine, GPU runtime/CDI), as doctor sees it:
+    reported, never failing the verdict (the smoke run has its own engine checks)."""
 
     @property
     def checks(self) -> tuple[Check, ...]:
-        return self.preflight.checks + self.smoke
+        return self.preflight.checks + self.environment + self.smoke
 
     @property
     def ok(self) -> bool:
@@ -719,25 +754,27 @@ class ValidateResult:
             return 1
         return 0 if self.ok else 6
 
+    @property
+    def verdict(self) -> HostVerdict:
+        """The pre-flight's verdict, unless the smoke test then failed: that decides."""
+        pre = self.preflight.verdict or HostVerdict(
+            "runs" if self.preflight.ok else "does_not_run", ""
+        )
+        failed = [c for c in self.smoke if c.status == "fail"]
+        if not pre.runs or not failed:
+            return pre
+        step = next((c.next_step for c in failed if c.next_step), "")
+        return HostVerdict("does_not_run", failed[0].detail, fix=step, notes=pre.notes)
+
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "ok": self.ok,
             "target": self.target,
             "kind": self.kind,
             "host": self.host,
+            "verdict": self.verdict.to_json(),
             "checks": [c.to_json() for c in self.checks],
         }
-
-
-@dataclass(frozen=True)
-class FleetResult:
-    view: FleetView
-    manifest_path: Any = None
-    """Where the Job manifest was written (a Path), or None."""
-    manifest: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        out = self.view.to_json()
-        if self.manifest_path is not None:
-            out["k8s_job"] = str(self.manifest_path)
+        if self.preflight.require_cuda:
+            out["require_cuda"] = self.preflight.require_cuda
         return out

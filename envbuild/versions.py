@@ -6,6 +6,8 @@ tuples, so `packaging.version.Version` orders them correctly.
 
 from __future__ import annotations
 
+import re
+
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
@@ -69,3 +71,35 @@ def major_minor(version: str) -> tuple[int, int]:
     """ "12.8.1" -> (12, 8)."""
     release = Version(version).release
     return (release[0], release[1] if len(release) > 1 else 0)
+
+
+_DRIVER_SHAPE = re.compile(r"^(\d+)(\.\d{1,3}){0,2}$")
+
+
+def driver_problem(text: str) -> tuple[str, str] | None:
+    """(message, hint) when `text` cannot be an NVIDIA Linux driver version, else None.
+
+    Drivers are NNN, NNN.NN or NNN.NN.NN (535.104.05, 570.26; branches R418..R620 in
+    https://docs.nvidia.com/datacenter/tesla/drivers/supported-drivers-and-cuda-toolkit-versions.html).
+    A bare branch ("525") is valid: the resolver reads it as the newest update of the branch
+    and says so. What nvidia-smi prints as "CUDA Version" (12.2) is not a driver."""
+    value = text.strip()
+    example = 'as nvidia-smi prints "Driver Version", for example 570.124.06'
+    if not value:
+        return "the driver version is empty", f"give the oldest driver on your hosts {example}"
+    m = _DRIVER_SHAPE.match(value.lower().removeprefix("r"))
+    if m is None:
+        return None  # other syntax errors: parse_version's message
+    branch = int(m.group(1))
+    if branch < 100 and "." in value:
+        return (
+            f"{value!r} looks like a CUDA version (nvidia-smi's 'CUDA Version'), not a driver",
+            f"give the driver itself {example}; the CUDA version nvidia-smi shows is the "
+            "newest CUDA that driver supports",
+        )
+    if not 100 <= branch <= 999:
+        return (
+            f"{value!r} is not an NVIDIA driver version (expected NNN, NNN.NN or NNN.NN.NN)",
+            f"give the oldest driver on your hosts {example}, or its branch (570)",
+        )
+    return None

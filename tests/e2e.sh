@@ -1,12 +1,22 @@
 #!/usr/bin/env bash
-# The real build -> smoke -> tag path on a machine without a GPU (issue 5), run by `make e2e`
-# and .ci/run. Where no engine answers it starts one (installing Debian's docker.io when root),
-# makes a local base image without any registry (debootstrap + `docker import`), then:
-#   1. envbuild image images/torch-slim --allow-cpu ...  -> exit 0, tag with both labels
-#   2. the same without --allow-cpu                        -> fails (exit 7), no tag, no container
-#   3. the same with --smoke-timeout 1                     -> fails (exit 6), no tag, no container
+# The real build -> smoke -> tag -> push path on a machine without a GPU, run by `make e2e` and
+# .ci/run. Every command it runs is echoed ("+ ..."), so docs/ci.md can quote them.
+#
+# Where no engine answers it starts one (installing Debian's docker.io when root), makes a
+# local base image without any registry (debootstrap + `docker import`), starts a registry on
+# 127.0.0.1 (Debian's docker-registry) and serves the base from it. Then, on images/torch-slim:
+#   1. classic builder: image --allow-cpu          -> exit 0, tag with both labels
+#   2. the same without --allow-cpu                 -> exit 7, no tag, no container
+#   3. --smoke-timeout 1 --push REF                 -> exit 6, no tag, nothing pushed
+#   4. lock a copy whose base is the local registry's -> pinned = true, FROM ref@sha256:...,
+#      the digest recomputed here from the manifest bytes
+#   5. BuildKit (docker buildx, cache mounts, --cache-to inline) on the pinned lock,
+#      --push REF                                   -> exit 0, the registry holds the digest
+#      the JSON reports
+#   6. Podman through its Docker-compatible API (`podman system service`) on the pinned lock
+#                                                   -> exit 0, tagged in Podman with the labels
 # `bash tests/e2e.sh prepare` only starts the engine and makes the base image (.ci/run uses it
-# so the engine-marked tests of `make check` run too).
+# so the engine-marked tests of `make check` run too). E2E_PODMAN=0 skips step 6.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,15 +26,21 @@ BASE=envbuild-e2e/base:bookworm
 IMAGE_DIR=${E2E_IMAGE_DIR:-images/torch-slim}
 CA_CERT=${E2E_CA_CERT:-/etc/ssl/certs/ca-certificates.crt}
 DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
-WORK=.e2e
+E2E_PODMAN=${E2E_PODMAN:-1}
+WORK=$PWD/.e2e
 TAG_OK=envbuild-e2e/torch-slim:ok
 TAG_NOGPU=envbuild-e2e/torch-slim:nogpu
 TAG_TIMEOUT=envbuild-e2e/torch-slim:timeout
+TAG_BUILDKIT=envbuild-e2e/torch-slim:buildkit
+TAG_PODMAN=localhost/envbuild-e2e/torch-slim:podman
+PINNED=$WORK/torch-slim-pinned
 mkdir -p "$WORK"
 
 say() { printf '\n== %s\n' "$*" >&2; }
 fail() { printf 'e2e FAILED: %s\n' "$*" >&2; exit 1; }
 run() { printf '+ %s\n' "$*" >&2; "$@"; }
+started=$(date +%s)
+lap() { printf '   (%s s so far)\n' "$(($(date +%s) - started))" >&2; }
 
 apt_install() {
     [ "$(id -u)" = 0 ] || fail "need $* (run as root, or install: sudo apt-get install $*)"
@@ -61,13 +77,80 @@ ensure_base() {
     rm -rf "$root"
 }
 
-# Smoke containers of this lock only (envbuild labels them with the lock's sha256), so other
+# Background services this script starts (registry, Podman's API) stop with it, by their ids.
+PIDS=()
+cleanup() {
+    local pid
+    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+
+free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+wait_for() {  # wait_for WHAT COMMAND...
+    local what=$1; shift
+    for _ in $(seq 100); do
+        "$@" >/dev/null 2>&1 && return
+        sleep 0.2
+    done
+    fail "$what did not answer within 20 s"
+}
+
+# A registry on 127.0.0.1: plain HTTP, which Docker and Podman allow there without configuration
+# (Docker's insecure-registries default is 127.0.0.0/8).
+start_registry() {
+    command -v docker-registry >/dev/null || apt_install docker-registry
+    REG=127.0.0.1:$(free_port)
+    mkdir -p "$WORK/registry"
+    cat >"$WORK/registry/config.yml" <<EOF
+version: 0.1
+log:
+  level: warn
+storage:
+  filesystem:
+    rootdirectory: $WORK/registry/data
+http:
+  addr: $REG
+EOF
+    say "a registry on $REG (log: $WORK/registry/log)"
+    printf '+ docker-registry serve %s &\n' "$WORK/registry/config.yml" >&2
+    docker-registry serve "$WORK/registry/config.yml" >"$WORK/registry/log" 2>&1 &
+    PIDS+=($!)
+    wait_for "the registry on $REG" curl -sf "http://$REG/v2/"
+}
+
+# The manifest's digest, recomputed from its bytes (what `pinned = true` must equal).
+manifest_digest() {  # manifest_digest REPO REFERENCE
+    curl -sf -H 'Accept: application/vnd.docker.distribution.manifest.v2+json' \
+        "http://$REG/v2/$1/manifests/$2" | sha256sum | sed 's/ .*//; s/^/sha256:/'
+}
+
+# Smoke containers of one lock only (envbuild labels them with the lock's sha256), so other
 # users of the same engine do not disturb the count.
 smoke_containers() { docker ps -aq --filter "label=envbuild.lock.sha256=$LOCK_SHA" | wc -l; }
 
 expect_untagged_and_clean() {
     if docker image inspect "$1" >/dev/null 2>&1; then fail "$1 was tagged after a failure"; fi
     [ "$(smoke_containers)" = 0 ] || fail "smoke containers left behind: $(docker ps -a --filter "label=envbuild.lock.sha256=$LOCK_SHA")"
+}
+
+# check_json FILE KEY=VALUE...: keys of `envbuild image --json` (dotted paths into the object).
+check_json() {
+    local file=$1; shift
+    "$PY" - "$file" "$@" <<'EOF' || fail "unexpected JSON in $file"
+import json, sys
+doc = json.load(open(sys.argv[1]))
+for pair in sys.argv[2:]:
+    path, _, want = pair.partition("=")
+    value = doc
+    for key in path.split("."):
+        value = value[key] if isinstance(value, dict) else None
+    if want.endswith("*") and str(value).startswith(want[:-1]) or str(value) == want:
+        continue
+    sys.exit(f"{path} = {value!r}, expected {want!r}")
+print(f"json ok: {', '.join(sys.argv[2:])}", file=sys.stderr)
+EOF
 }
 
 ensure_engine
@@ -77,11 +160,14 @@ ensure_base
 [ -f "$IMAGE_DIR/envbuild.lock" ] || fail "$IMAGE_DIR/envbuild.lock is missing (envbuild lock $IMAGE_DIR)"
 LOCK_SHA=$(sha256sum "$IMAGE_DIR/envbuild.lock" | cut -d' ' -f1)
 [ "$(smoke_containers)" = 0 ] || fail "smoke containers exist before the test; remove them first"
-for t in "$TAG_OK" "$TAG_NOGPU" "$TAG_TIMEOUT"; do docker image rm "$t" >/dev/null 2>&1 || true; done
+for t in "$TAG_OK" "$TAG_NOGPU" "$TAG_TIMEOUT" "$TAG_BUILDKIT"; do docker image rm "$t" >/dev/null 2>&1 || true; done
 common=("$IMAGE_DIR" --base-image "$BASE" --ca-cert "$CA_CERT")
 
-say "1. build, smoke on the CPU path, tag"
+start_registry
+
+say "1. classic builder: build, smoke on the CPU path, tag"
 run "$ENVBUILD" image "${common[@]}" --allow-cpu --tag "$TAG_OK" --json >"$WORK/ok.json"
+check_json "$WORK/ok.json" ok=True "builder=classic builder (Docker *" pushed=None
 docker image inspect "$TAG_OK" >/dev/null || fail "$TAG_OK does not exist"
 docker image inspect --format '{{json .Config.Labels}}' "$TAG_OK" >"$WORK/labels.json"
 LABELS="$WORK/labels.json" LOCK="$IMAGE_DIR/envbuild.lock" BASE="$BASE" "$PY" - <<'EOF' ||
@@ -99,6 +185,7 @@ print(f"labels ok: envbuild.lock.sha256 = {want} | envbuild.smoke.report ok on c
 EOF
     fail "the labels of $TAG_OK are wrong (see $WORK/labels.json)"
 [ "$(smoke_containers)" = 0 ] || fail "smoke container left behind after a pass"
+lap
 
 say "2. the same without --allow-cpu must fail on this GPU-less machine"
 set +e
@@ -108,12 +195,90 @@ set -e
 [ "$code" = 7 ] || fail "expected exit 7 (no GPU runtime), got $code"
 expect_untagged_and_clean "$TAG_NOGPU"
 
-say "3. --smoke-timeout 1 must kill the smoke container and tag nothing"
+say "3. --smoke-timeout 1 must kill the smoke container, tag nothing and push nothing"
 set +e
-run "$ENVBUILD" image "${common[@]}" --allow-cpu --smoke-timeout 1 --tag "$TAG_TIMEOUT"
+run "$ENVBUILD" image "${common[@]}" --allow-cpu --smoke-timeout 1 --tag "$TAG_TIMEOUT" \
+    --push "$REG/envbuild-e2e/torch-slim:timeout"
 code=$?
 set -e
 [ "$code" = 6 ] || fail "expected exit 6 (smoke failed), got $code"
 expect_untagged_and_clean "$TAG_TIMEOUT"
+run curl -s -o /dev/null -w '%{http_code}\n' "http://$REG/v2/envbuild-e2e/torch-slim/manifests/timeout" >"$WORK/timeout.http"
+[ "$(cat "$WORK/timeout.http")" = 404 ] || fail "a failing image was pushed ($REG answered $(cat "$WORK/timeout.http"))"
+lap
 
-say "e2e passed: $TAG_OK tagged with envbuild.lock.sha256 and envbuild.smoke.report"
+say "4. the base from the local registry: lock a copy of $IMAGE_DIR pinned by digest"
+run docker tag "$BASE" "$REG/$BASE"
+run docker push "$REG/$BASE"
+BASE_DIGEST=$(manifest_digest "${BASE%%:*}" "${BASE##*:}")
+# A matrix overlay whose debian12 row names the registry's base (same key: it replaces the row).
+mkdir -p "$WORK/overlay"
+cat >"$WORK/overlay/os_images.toml" <<EOF
+schema_version = 1
+
+[[os]]
+os = "debian12"
+image = "$REG/$BASE"
+python = "3.11"
+python_packages = ["python3", "python3-venv"]
+confidence = "high"
+source = "https://packages.debian.org/bookworm/python3 (tests/e2e.sh serves it from a local registry)"
+EOF
+export ENVBUILD_MATRIX_OVERLAY=$WORK/overlay
+rm -rf "$PINNED"
+mkdir -p "$PINNED"
+cp "$IMAGE_DIR/envbuild.toml" "$IMAGE_DIR/envbuild.lock" "$PINNED/"
+run "$ENVBUILD" lock "$PINNED"
+run "$ENVBUILD" lock --check "$PINNED"
+grep -q '^pinned = true$' "$PINNED/envbuild.lock" || fail "the lock is not pinned: $(grep -A6 '^\[base_image\]' "$PINNED/envbuild.lock")"
+grep -q "^digest = \"$BASE_DIGEST\"$" "$PINNED/envbuild.lock" ||
+    fail "the locked digest is not the sha256 of the registry's manifest ($BASE_DIGEST)"
+run "$ENVBUILD" render "$PINNED" >"$WORK/pinned.Dockerfile"
+grep -q "^FROM $REG/$BASE@$BASE_DIGEST$" "$WORK/pinned.Dockerfile" || fail "the Dockerfile does not build FROM the pinned base"
+echo "pinned: $REG/$BASE@$BASE_DIGEST" >&2
+LOCK_SHA=$(sha256sum "$PINNED/envbuild.lock" | cut -d' ' -f1)
+lap
+
+say "5. BuildKit (docker buildx) on the pinned lock, pushed after the pass"
+command -v docker >/dev/null && docker buildx version >/dev/null 2>&1 || run tools/install-buildx
+run "$ENVBUILD" image "$PINNED" --buildkit --cache-to type=inline --ca-cert "$CA_CERT" \
+    --allow-cpu --tag "$TAG_BUILDKIT" --push "$REG/envbuild-e2e/torch-slim:buildkit" --json >"$WORK/buildkit.json"
+PUSHED=$(manifest_digest envbuild-e2e/torch-slim buildkit)
+check_json "$WORK/buildkit.json" ok=True "builder=BuildKit (docker buildx *" \
+    "base_image=$REG/$BASE" "pushed.digest=$PUSHED" \
+    "pushed.repo_digest=$REG/envbuild-e2e/torch-slim@$PUSHED"
+[ "$(smoke_containers)" = 0 ] || fail "smoke container left behind after a pass"
+echo "pushed: $REG/envbuild-e2e/torch-slim@$PUSHED (recomputed from the registry's manifest)" >&2
+lap
+
+if [ "$E2E_PODMAN" = 1 ]; then
+    say "6. Podman: the same build -> smoke -> tag through its Docker-compatible API"
+    command -v podman >/dev/null || apt_install podman
+    mkdir -p "$WORK/podman"
+    # Rootful Podman gives containers nofile/nproc limits only a process with CAP_SYS_RESOURCE
+    # may set; CI sandboxes lack it ("error setting rlimit type 7"): ask for what we have.
+    nofile=$(ulimit -Hn); nproc=$(ulimit -Hu)
+    [ "$nofile" = unlimited ] || [ "$nofile" -gt 1048576 ] && nofile=1048576
+    [ "$nproc" = unlimited ] || [ "$nproc" -gt 32768 ] && nproc=32768
+    printf '[containers]\ndefault_ulimits = ["nofile=%s:%s", "nproc=%s:%s"]\n' \
+        "$nofile" "$nofile" "$nproc" "$nproc" >"$WORK/podman/containers.conf"
+    printf '[[registry]]\nlocation = "%s"\ninsecure = true\n' "$REG" >"$WORK/podman/registries.conf"
+    export CONTAINER_HOST=unix://$WORK/podman/podman.sock
+    rm -f "$WORK/podman/podman.sock"
+    printf '+ podman system service --time=0 %s &\n' "$CONTAINER_HOST" >&2
+    CONTAINERS_CONF=$WORK/podman/containers.conf \
+        CONTAINERS_REGISTRIES_CONF=$WORK/podman/registries.conf \
+        podman system service --time=0 "$CONTAINER_HOST" >"$WORK/podman/log" 2>&1 &
+    PIDS+=($!)
+    wait_for "podman system service" curl -sf --unix-socket "$WORK/podman/podman.sock" http://d/_ping
+    podman image rm "$TAG_PODMAN" >/dev/null 2>&1 || true
+    run "$ENVBUILD" image "$PINNED" --engine podman --ca-cert "$CA_CERT" --allow-cpu \
+        --tag "$TAG_PODMAN" --json >"$WORK/podman.json"
+    check_json "$WORK/podman.json" ok=True "builder=Buildah (Podman *" "base_image=$REG/$BASE"
+    run podman image inspect --format '{{index .Labels "envbuild.lock.sha256"}}' "$TAG_PODMAN" >"$WORK/podman.label"
+    [ "$(cat "$WORK/podman.label")" = "$LOCK_SHA" ] || fail "$TAG_PODMAN lacks the lock's label"
+    [ -z "$(podman ps -aq --filter "label=envbuild.lock.sha256=$LOCK_SHA")" ] || fail "Podman smoke container left behind"
+    lap
+fi
+
+say "e2e passed: classic, BuildKit and Podman builds tagged with envbuild.lock.sha256 and envbuild.smoke.report; $REG/envbuild-e2e/torch-slim@$PUSHED pushed after its pass"

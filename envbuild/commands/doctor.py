@@ -8,7 +8,8 @@ from typing import Any
 import click
 
 from envbuild import console
-from envbuild.commands.options import host_facts
+from envbuild.commands.options import help_epilog, host_facts, matrix_overlay
+from envbuild.hostinfo import NO_DRIVER_ERRORS
 
 
 def summary_line(facts: dict[str, Any]) -> str:
@@ -16,6 +17,9 @@ def summary_line(facts: dict[str, Any]) -> str:
     gpus = facts.get("gpus") or []
     version = driver.get("version") or driver.get("kernel_module_version") or "?"
     n = len(gpus)
+    err = driver.get("nvml_error")
+    if err in NO_DRIVER_ERRORS:
+        return f"host {facts.get('hostname') or '?'}: no NVIDIA GPU (NVML: {err})"
     return (
         f"host {facts.get('hostname') or '?'}: driver {version}, CUDA {driver.get('cuda') or '?'}, "
         f"{n} GPU{'' if n == 1 else 's'}"
@@ -32,16 +36,24 @@ def render(doc: dict[str, Any]) -> str:
         lines += ["", "next steps:"]
         lines += [f"  {f['check']}: {f['next_step']}" for f in steps]
     problems = sum(1 for f in findings if f["status"] == "problem")
-    lines += [
-        "",
+    verdict = (
         "verdict: healthy"
         if not problems
-        else f"verdict: {problems} problem{'' if problems == 1 else 's'} found",
-    ]
+        else f"verdict: {problems} problem{'' if problems == 1 else 's'} found"
+    )
+    if (doc.get("driver") or {}).get("nvml_error") in NO_DRIVER_ERRORS:
+        verdict = f"verdict: no NVIDIA GPU here ({problems} problem{'' if problems == 1 else 's'})"
+    lines += ["", verdict]
     return "\n".join(lines)
 
 
-@click.command("doctor")
+@click.command(
+    "doctor",
+    epilog=help_epilog(
+        ["envbuild doctor", "envbuild doctor --json > host.json"],
+        [(0, "healthy"), (1, "problems found"), (2, "cannot probe (no NVIDIA driver)")],
+    ),
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object: the host facts + findings.")
 @host_facts("Check")
 def command(as_json: bool, facts_file: Path | None) -> None:
@@ -51,16 +63,14 @@ def command(as_json: bool, facts_file: Path | None) -> None:
 
     The JSON object (--json) is also what `envbuild validate --hosts FILE` reads. Set
     ENVBUILD_HOST_FACTS=FILE to check a recorded host instead of this one.
-
-    Exit codes: 0 healthy; 1 problems found; 2 cannot probe (no NVIDIA driver).
     """
-    from envbuild import api
+    from envbuild.app import doctor
 
-    result = api.doctor(facts_file=facts_file)
+    result = doctor.doctor(facts_file=facts_file, matrix_overlay=matrix_overlay())
     doc = result.to_json()
     if as_json:
         console.emit_json(doc)
     else:
         console.line(render(doc))
-    if not result.ok:
-        raise click.exceptions.Exit(1)
+    if result.exit_code:
+        raise click.exceptions.Exit(result.exit_code)

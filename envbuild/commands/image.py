@@ -13,8 +13,10 @@ from typing import Any, TextIO
 import click
 
 from envbuild import console
-from envbuild.commands.options import build_inputs
+from envbuild.commands.options import build_inputs, gpu_choice, help_epilog, matrix_overlay
 from envbuild.errors import SmokeFailed
+from envbuild.gpu_attach import GpuChoice
+from envbuild.render import BuildInputs
 
 WIDTH_FALLBACK = 100
 
@@ -33,7 +35,10 @@ class Progress:
         if not self.tty:
             click.echo(line, file=self.stream)
             return
-        permanent = line.startswith(("Step ", "candidate ", "#")) and " ---> " not in line
+        permanent = (
+            line.startswith(("Step ", "candidate ", "#", "saving ", "pushing "))
+            and " ---> " not in line
+        )
         if permanent:
             self._clear()
             click.echo(line[: self.width - 1], file=self.stream)
@@ -79,6 +84,18 @@ def _print_outcome(doc: dict[str, Any]) -> None:
     else:
         console.line(f"  base:   {doc['base_image']}")
     console.line(f"  labels: {', '.join(doc['labels'])}")
+    attached = doc.get("gpu_attach")
+    if attached:
+        devices = ", ".join(attached["devices"])
+        console.line(f"  gpus:   {attached['way']} ({devices}): {attached['reason']}")
+    if doc.get("builder"):
+        console.line(f"  builder: {doc['builder']}")
+    saved = doc.get("saved")
+    if saved:
+        console.line(f"  saved:  {saved['path']} ({saved['bytes'] / 1e6:.0f} MB, docker-archive)")
+    pushed = doc.get("pushed")
+    if pushed:
+        console.line(f"  pushed: {pushed['repo_digest']}")
 
 
 def _print_failure(err: SmokeFailed) -> None:
@@ -95,37 +112,94 @@ def _print_failure(err: SmokeFailed) -> None:
             click.echo(f"  | {line}", err=True)
 
 
-@click.command("image")
+@click.command(
+    "image",
+    epilog=help_epilog(
+        [
+            "envbuild image images/torch-train",
+            "envbuild image images/torch-train --tag registry.example.com/ml/torch:1 --json",
+            "envbuild image images/torch-cpu --allow-cpu --keep-failed",
+            "envbuild image images/torch-train --push registry.example.com/ml/torch:1 --json",
+            "envbuild image images/torch-train --buildkit --cache-to type=inline",
+            "envbuild image images/torch-train --save torch-train.tar --engine podman",
+        ],
+        [
+            (0, "tagged"),
+            (1, "stale lock"),
+            (2, "bad input"),
+            (3, "disk full"),
+            (4, "engine"),
+            (5, "build step failed"),
+            (6, "smoke test failed"),
+            (7, "GPU image but no GPU runtime (pass --allow-cpu)"),
+            (8, "passed and tagged, but the registry refused the push"),
+        ],
+    ),
+)
 @click.argument("image_dir", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--tag", "tag", help="Tag for the passing image [envbuild/<name>:<lock sha>].")
 @click.option("--allow-cpu", is_flag=True, help="Run the smoke test's CPU path (no GPU here).")
 @click.option(
     "--smoke-timeout",
     type=click.IntRange(min=1),
-    help="Seconds before the smoke container is killed [the lock's smoke.timeout_s].",
+    help="Seconds before the smoke container is killed [the lock's smoke.timeout_s + 60].",
 )
 @click.option("--keep-failed", is_flag=True, help="Keep the candidate image when smoke fails.")
+@click.option(
+    "--push",
+    "push",
+    is_flag=False,
+    flag_value="",
+    default=None,
+    metavar="[REF]",
+    help="After a pass only: push to REF (default: the tag); prints the pushed digest.",
+)
+@click.option(
+    "--save",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="FILE",
+    help="After a pass only: write the image as a docker-archive "
+    "(apptainer build x.sif docker-archive://FILE).",
+)
+@click.option(
+    "--engine",
+    type=click.Choice(["docker", "podman"]),
+    default="docker",
+    envvar="ENVBUILD_ENGINE",
+    help="docker (DOCKER_HOST) or podman (its API socket; CONTAINER_HOST) [docker].",
+)
+@click.option(
+    "--cache-from",
+    multiple=True,
+    metavar="SPEC",
+    help="BuildKit cache source for buildx, e.g. type=registry,ref=REG/IMG:cache.",
+)
+@click.option(
+    "--cache-to",
+    multiple=True,
+    metavar="SPEC",
+    help="BuildKit cache export for buildx, e.g. type=inline.",
+)
 @build_inputs
+@gpu_choice
 @click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")
 def command(
     image_dir: Path,
     tag: str | None,
-    base_image: str | None,
     allow_cpu: bool,
-    ca_cert: Path | None,
-    find_links: Path | None,
-    index_url: str | None,
     smoke_timeout: int | None,
     keep_failed: bool,
-    buildkit: bool,
+    push: str | None,
+    save: Path | None,
+    engine: str,
+    cache_from: tuple[str, ...],
+    cache_to: tuple[str, ...],
+    build_inputs: BuildInputs,
+    gpu: GpuChoice,
     as_json: bool,
 ) -> None:
-    """Build IMAGE_DIR's locked image, smoke-test it in a container, tag it only on pass.
-
-    Exit codes: 0 tagged; 1 stale lock; 2 bad input; 3 disk full; 4 engine; 5 build step
-    failed; 6 smoke test failed; 7 GPU image but no GPU runtime (pass --allow-cpu).
-    """
-    from envbuild import api
+    """Build IMAGE_DIR's locked image, smoke-test it in a container, tag it only on pass."""
+    from envbuild.app import image
 
     progress = Progress(sys.stderr, tty=sys.stderr.isatty())
     # A CI runner stops jobs with SIGTERM: turn it into the Ctrl-C path, whose `finally`
@@ -133,18 +207,23 @@ def command(
     main = threading.current_thread() is threading.main_thread()  # signal() needs main
     previous = signal.signal(signal.SIGTERM, _interrupt) if main else None
     try:
-        outcome = api.build_image(
+        outcome = image.build_image(
             image_dir=image_dir,
-            tag=tag,
-            base_image=base_image,
-            allow_cpu=allow_cpu,
-            ca_cert=ca_cert,
-            find_links=find_links,
-            index_url=index_url,
-            smoke_timeout=smoke_timeout,
-            keep_failed=keep_failed,
-            buildkit=buildkit,
+            request=image.ImageRequest(
+                tag=tag,
+                allow_cpu=allow_cpu,
+                smoke_timeout=smoke_timeout,
+                keep_failed=keep_failed,
+                push=push,
+                save=save,
+                engine=engine,
+                cache_from=cache_from,
+                cache_to=cache_to,
+                gpu=gpu,
+            ),
+            build_inputs=build_inputs,
             progress=progress,
+            matrix_overlay=matrix_overlay(),
         )
     except SmokeFailed as err:
         progress.close()

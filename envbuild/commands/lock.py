@@ -7,11 +7,25 @@ from pathlib import Path
 import click
 
 from envbuild import console
+from envbuild.commands.options import help_epilog, matrix_overlay
 
 
 @click.command(
     "lock",
     short_help="Pin the whole stack of an image folder into envbuild.lock.",
+    epilog=help_epilog(
+        [
+            "envbuild lock images/torch-train",
+            "envbuild lock --upgrade-package numpy images/torch-train",
+            "envbuild lock --check images/torch-train",
+        ],
+        [
+            (0, "written, unchanged, or (--check) fresh"),
+            (1, "nothing fits the request; or (--check) the lock is missing, stale or edited"),
+            (2, "bad input (envbuild.toml, flags, matrix)"),
+            (3, "pinning failed, or an index could not be reached"),
+        ],
+    ),
 )
 @click.argument("image_dir", metavar="DIR", type=click.Path(path_type=Path))
 @click.option(
@@ -42,7 +56,7 @@ def command(
 
     Without --upgrade, previous picks that still satisfy the request are kept.
     """
-    from envbuild import api
+    from envbuild.app import lock
     from envbuild.errors import UserError
 
     if check and (upgrade or upgrade_packages or offline):
@@ -51,12 +65,13 @@ def command(
             "--upgrade, --upgrade-package or --offline",
             hint=f"run `envbuild lock --check {image_dir}` alone",
         )
-    outcome = api.lock(
+    outcome = lock.lock(
         image_dir=image_dir,
         check=check,
         upgrade=upgrade,
         upgrade_packages=upgrade_packages,
         offline=offline,
+        matrix_overlay=matrix_overlay(),
     )
     stack = outcome.lock.stack
     if as_json:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import click
 
 from envbuild import console
+from envbuild.commands.options import help_epilog
 
 SOURCES = ("pypi", "pytorch-index", "registry")
 FRAMEWORKS = ("torch", "jax", "tensorflow")
@@ -20,6 +21,17 @@ FRAMEWORKS = ("torch", "jax", "tensorflow")
         "print a diff summary. Derived builds and changed facts are reported, never written "
         "over. Unreachable sources are skipped with a warning (exit 3 when none works). Never "
         "runs implicitly: lock and resolve do not touch the network for the matrix."
+    ),
+    epilog=help_epilog(
+        [
+            "envbuild matrix refresh --dry-run",
+            "envbuild matrix refresh --framework torch --source pypi",
+        ],
+        [
+            (0, "done (or already up to date)"),
+            (2, "bad input, or the refresh would make the matrix invalid"),
+            (3, "no source could be read"),
+        ],
     ),
 )
 @click.option(
@@ -46,11 +58,11 @@ def command(
     no_cache: bool,
     as_json: bool,
 ) -> None:
-    from envbuild import api
+    from envbuild.app import matrix
     from envbuild.pypi import Fetcher
     from envbuild.refresh import summary_lines
 
-    result = api.matrix_refresh(
+    result = matrix.refresh_matrix(
         sources=sources or SOURCES,
         frameworks=frameworks or FRAMEWORKS,
         dry_run=dry_run,

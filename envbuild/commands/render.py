@@ -7,7 +7,8 @@ from pathlib import Path
 import click
 
 from envbuild import console
-from envbuild.commands.options import build_inputs
+from envbuild.commands.options import build_inputs, help_epilog, matrix_overlay
+from envbuild.render import BuildInputs
 
 
 @click.command(
@@ -16,6 +17,18 @@ from envbuild.commands.options import build_inputs
         "Print or write the Dockerfile of a locked image folder. Reads DIR/envbuild.lock "
         "(never re-resolves; a stale lock stops with the command to run). A DIR/Dockerfile.j2 "
         "may extend the built-in template and override its blocks."
+    ),
+    epilog=help_epilog(
+        [
+            "envbuild render images/torch-train",
+            "envbuild render images/torch-train -o Dockerfile --context build/",
+            "envbuild render images/torch-train --index-url https://mirror.example/simple",
+        ],
+        [
+            (0, "rendered"),
+            (1, "the lock is missing, stale or edited (the hint is the command to run)"),
+            (2, "bad input (flags, lock values, template)"),
+        ],
     ),
 )
 @click.argument("image_dir", type=click.Path(path_type=Path, file_okay=False))
@@ -41,24 +54,17 @@ def command(
     image_dir: Path,
     output: Path | None,
     context: Path | None,
-    base_image: str | None,
-    buildkit: bool,
-    ca_cert: Path | None,
-    index_url: str | None,
-    find_links: Path | None,
+    build_inputs: BuildInputs,
     as_json: bool,
 ) -> None:
-    from envbuild import api
+    from envbuild.app import render
 
-    result = api.render(
+    result = render.render(
         image_dir=image_dir,
+        build_inputs=build_inputs,
         output=output,
         context=context,
-        base_image=base_image,
-        buildkit=buildkit,
-        ca_cert=ca_cert,
-        index_url=index_url,
-        find_links=find_links,
+        matrix_overlay=matrix_overlay(),
     )
     if as_json:
         console.emit_json(

@@ -1,6 +1,6 @@
 """`envbuild resolve`: pick a driver/CUDA/framework stack for the targets, or say why none fits.
 
-Contract (issue 2): exit 0 a stack was found, 1 nothing fits, 2 bad input. `--json` prints one
+Contract: exit 0 a stack was found, 1 nothing fits, 2 bad input. `--json` prints one
 object: {"ok": true, "stack": {...}, "notes": [...]} or {"ok": false, "reasons": [...],
 "alternatives": [...]}.
 """
@@ -12,10 +12,22 @@ from pathlib import Path
 import click
 
 from envbuild import console
-from envbuild.models import FLAVOURS
+from envbuild.commands.options import help_epilog, matrix_overlay
+from envbuild.models import FLAVOURS, PLATFORMS
 
 
-@click.command("resolve", short_help="Pick a driver/CUDA/framework stack for the targets.")
+@click.command(
+    "resolve",
+    short_help="Pick a driver/CUDA/framework stack for the targets.",
+    epilog=help_epilog(
+        [
+            "envbuild resolve --framework torch --gpu H100 --gpu L4 --driver 570.124.06",
+            "envbuild resolve --framework 'jax[cuda13]' --host --json",
+            "envbuild resolve --hosts fleet.jsonl --cpu",
+        ],
+        [(0, "a stack was found"), (1, "nothing fits (with the reasons)"), (2, "bad input")],
+    ),
+)
 @click.option(
     "--framework",
     "framework",
@@ -63,7 +75,7 @@ from envbuild.models import FLAVOURS
 )
 @click.option(
     "--platform",
-    type=click.Choice(("x86_64", "aarch64")),
+    type=click.Choice(PLATFORMS),
     default="x86_64",
     show_default=True,
     help="CPU architecture of the image.",
@@ -87,11 +99,11 @@ def command(
 ) -> None:
     """Pick the newest framework build that runs on every target GPU and driver, with its
     CUDA, cuDNN, NCCL, Python, OS and base image; explain why when nothing fits."""
-    from envbuild import api
+    from envbuild.app import resolve
     from envbuild.models import Unsatisfiable
     from envbuild.resolver import result_to_json, result_to_text
 
-    result = api.resolve(
+    result = resolve.resolve(
         framework=framework,
         python=python,
         gpus=gpus,
@@ -105,6 +117,7 @@ def command(
         strict_compat=strict_compat,
         compile_extensions=compile_extensions,
         platform=platform,
+        matrix_overlay=matrix_overlay(),
     )
     if as_json:
         console.emit_json(result_to_json(result))

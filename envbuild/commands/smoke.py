@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from envbuild import console
+from envbuild.commands.options import help_epilog, matrix_overlay
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -45,8 +46,20 @@ def render(report: Mapping[str, Any], verdict: SmokeVerdict) -> str:
         "versions, driver floor, /dev/shm, free memory), tier 2 (a short mixed-precision "
         "training run, cuDNN conv, attention, a bitwise-repeat matmul, bf16 TFLOP/s and memory "
         "bandwidth against the GPU's baseline, NVML telemetry, DDP over every GPU). The "
-        "framework must be importable by this Python. Exit 0 = pass, 1 = a check failed, "
-        "6 = the payload gave no report."
+        "framework must be importable by this Python."
+    ),
+    epilog=help_epilog(
+        [
+            "envbuild smoke --tier 1",
+            "envbuild smoke --lock images/torch-train --json",
+            "python -m envbuild smoke --plan /opt/envbuild/plan.json --allow-cpu",
+        ],
+        [
+            (0, "pass"),
+            (1, "a check failed"),
+            (2, "bad input"),
+            (6, "the payload gave no report (crashed, hung, or was killed)"),
+        ],
     ),
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the report and verdict as JSON.")
@@ -73,10 +86,16 @@ def command(
     lock_dir: Path | None,
     tier: int | None,
 ) -> None:
-    from envbuild import api
+    from envbuild.app import smoke
     from envbuild.smoke import verdict_json
 
-    outcome = api.smoke(allow_cpu=allow_cpu, plan_file=plan_file, lock_dir=lock_dir, tier=tier)
+    outcome = smoke.run(
+        allow_cpu=allow_cpu,
+        plan_file=plan_file,
+        lock_dir=lock_dir,
+        tier=tier,
+        matrix_overlay=matrix_overlay(),
+    )
     if as_json:
         console.emit_json(verdict_json(outcome.report, outcome.verdict))
     else:

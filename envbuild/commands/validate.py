@@ -8,7 +8,29 @@ from typing import Any
 import click
 
 from envbuild import console
-from envbuild.commands.options import host_facts
+from envbuild.commands.options import gpu_choice, help_epilog, host_facts, matrix_overlay
+from envbuild.errors import UserError
+from envbuild.gpu_attach import GpuChoice
+
+CELL = {"runs": "yes", "runs_minor_compat": "yes (minor compat)"}
+
+
+def verdict_lines(verdict: dict[str, Any], indent: str = "") -> list[str]:
+    """A verdict as people read it: what decided it, then the one fix or what minor-version
+    compatibility gives up, then the notes. `verdict`: validate's "verdict" object, or a fleet
+    result (its outcome under "verdict")."""
+    label = {
+        "runs": "runs",
+        "runs_minor_compat": "runs relying on minor-version compatibility",
+        "does_not_run": "does not run",
+    }[verdict.get("outcome") or verdict["verdict"]]
+    lines = [f"{indent}{label}: {verdict['reason']}" if verdict.get("reason") else indent + label]
+    if verdict.get("fix"):
+        lines.append(f"{indent}  fix: {verdict['fix']}")
+    if verdict.get("gives_up"):
+        lines.append(f"{indent}  gives up: {verdict['gives_up']}")
+    lines += [f"{indent}  note: {n}" for n in verdict.get("notes", [])]
+    return lines
 
 
 def render_checks(doc: dict[str, Any]) -> str:
@@ -17,39 +39,59 @@ def render_checks(doc: dict[str, Any]) -> str:
         f"validate {doc['target']} on {doc['host'] or 'this host'}",
         "",
         console.table(rows, header=("status", "check", "detail")),
+        "",
     ]
-    steps = [c for c in doc["checks"] if c["status"] == "fail" and c.get("next_step")]
-    if steps:
-        lines += ["", "next steps:"] + [f"  {c['check']}: {c['next_step']}" for c in steps]
-    lines += ["", "verdict: " + ("pass" if doc["ok"] else "fail")]
-    return "\n".join(lines)
+    first, *rest = verdict_lines(doc["verdict"])
+    return "\n".join([*lines, "verdict: " + first, *rest])
 
 
 def render_fleet(doc: dict[str, Any]) -> str:
-    """Locks down, hosts across; each cell "yes" or "no: <first failed check>"."""
+    """Locks down, hosts across; each cell "yes", "yes (minor compat)" or "no: <first failed
+    check>"; then, per lock and host that is not a plain yes, the verdict with its one fix."""
     cells = {(r["lock"], r["host"]): r for r in doc["results"]}
     rows = []
     for lock in doc["locks"]:
         row = [lock]
         for host in doc["hosts"]:
             r = cells[(lock, host)]
-            row.append("yes" if r["runs"] else "no: " + r["failed"][0]["check"])
+            row.append(CELL.get(r["verdict"]) or "no: " + r["failed"][0]["check"])
         rows.append(tuple(row))
     lines = [console.table(rows, header=("lock", *doc["hosts"]))]
-    why = [r for r in doc["results"] if not r["runs"]]
-    if why:
-        lines += ["", "why not:"]
-        for r in why:
-            for c in r["failed"]:
-                lines.append(f"  {r['lock']} on {r['host']}: {c['detail']}")
-                if c.get("next_step"):
-                    lines.append(f"    next: {c['next_step']}")
+    for r in doc["results"]:
+        if r["verdict"] == "runs" and not r.get("notes"):
+            continue
+        lines += ["", f"{r['lock']} on {r['host']}:"]
+        lines += verdict_lines(r, indent="  ")
     if doc.get("k8s_job"):
-        lines += ["", f"wrote Kubernetes Job manifest {doc['k8s_job']} (apply it with kubectl)"]
+        nodes = ", ".join(j["node"] for j in doc.get("k8s_jobs", []))
+        n = len(doc.get("k8s_jobs", []))
+        lines += [
+            "",
+            f"wrote {n} Kubernetes Job{'' if n == 1 else 's'} to {doc['k8s_job']}, each pinned "
+            f"to one host that passed ({nodes}): kubectl apply -f {doc['k8s_job']}",
+        ]
     return "\n".join(lines)
 
 
-@click.command("validate")
+@click.command(
+    "validate",
+    epilog=help_epilog(
+        [
+            "envbuild validate images/torch-train",
+            "envbuild validate envbuild/torch-train:3f2a9c1b7d4e --junit validate.xml",
+            "envbuild validate --hosts fleet.jsonl",
+            "envbuild validate --hosts fleet.jsonl --lock images/torch-train "
+            "--image registry.example.com/ml/torch:1 --k8s-job job.yaml",
+        ],
+        [
+            (0, "pass"),
+            (1, "the pre-flight (or the fleet view) says no"),
+            (2, "bad input"),
+            (4, "engine"),
+            (6, "the smoke test failed"),
+        ],
+    ),
+)
 @click.argument("target", required=False, metavar="IMAGE_OR_DIR")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout.")
 @click.option(
@@ -83,6 +125,7 @@ def render_fleet(doc: dict[str, Any]) -> str:
     help="With --k8s-job: nvidia.com/gpu per pod [the fewest GPUs of a passing host].",
 )
 @host_facts("Validate against")
+@gpu_choice
 def command(
     target: str | None,
     as_json: bool,
@@ -93,22 +136,18 @@ def command(
     image: str | None,
     gpus_per_pod: int | None,
     facts_file: Path | None,
+    gpu: GpuChoice,
 ) -> None:
     """Check that IMAGE_OR_DIR runs on this host.
 
     A folder: its envbuild.lock is pre-flighted against this host (driver floor, compute
     capability vs the lock's archs, NVIDIA_REQUIRE_CUDA). An image: the lock comes from its
-    `envbuild.lock` label; after a passing pre-flight its smoke payload runs here on all GPUs.
+    `envbuild.lock` label; after a passing pre-flight its smoke payload runs here on all GPUs
+    (or --gpu-devices), attached as `envbuild image` and `envbuild doctor` say (--gpu-attach).
 
     With --hosts FILE: which locks run on which recorded hosts, and why not, without running
     anything; --k8s-job OUT writes a Job that smoke-tests --image on the passing hosts.
-
-    Exit codes: 0 pass; 1 the pre-flight (or the fleet view) says no; 2 bad input; 4 engine;
-    6 the smoke test failed.
     """
-    from envbuild import api
-    from envbuild.errors import UserError
-
     if len(hosts_files) > 1:
         # Click keeps only the last of a repeated single-value option: a fleet view of one
         # host that looks like the whole fleet. Refuse it and say how to join the files.
@@ -125,21 +164,7 @@ def command(
                 "give either IMAGE_OR_DIR (this host) or --hosts FILE (a fleet), not both",
                 hint="for a fleet, name the image folders with --lock DIR",
             )
-        fleet = api.validate_fleet(
-            hosts_file=hosts_file,
-            lock_dirs=lock_dirs,
-            k8s_job=k8s_job,
-            image=image,
-            gpus_per_pod=gpus_per_pod,
-            junit=junit,
-        )
-        doc = fleet.to_json()
-        if as_json:
-            console.emit_json(doc)
-        else:
-            console.line(render_fleet(doc))
-        if not fleet.view.ok:
-            raise click.exceptions.Exit(1)
+        _fleet(hosts_file, lock_dirs, k8s_job, image, gpus_per_pod, junit, as_json)
         return
     if target is None:
         raise UserError(
@@ -151,7 +176,15 @@ def command(
             "--lock, --k8s-job, --image and --gpus-per-pod belong to the fleet view",
             hint="add --hosts FILE (host facts from `envbuild doctor --json`)",
         )
-    result = api.validate(target=target, facts_file=facts_file, junit=junit)
+    from envbuild.app import validate
+
+    result = validate.validate(
+        target=target,
+        facts_file=facts_file,
+        junit=junit,
+        matrix_overlay=matrix_overlay(),
+        gpu_attach=gpu,
+    )
     doc = result.to_json()
     if as_json:
         console.emit_json(doc)
@@ -159,3 +192,33 @@ def command(
         console.line(render_checks(doc))
     if result.exit_code:
         raise click.exceptions.Exit(result.exit_code)
+
+
+def _fleet(
+    hosts_file: Path,
+    lock_dirs: tuple[Path, ...],
+    k8s_job: Path | None,
+    image: str | None,
+    gpus_per_pod: int | None,
+    junit: Path | None,
+    as_json: bool,
+) -> None:
+    """`validate --hosts FILE`: the fleet view, printed; exit 1 when a lock does not run."""
+    from envbuild.app import validate
+
+    fleet = validate.validate_fleet(
+        hosts_file=hosts_file,
+        lock_dirs=lock_dirs,
+        k8s_job=k8s_job,
+        image=image,
+        gpus_per_pod=gpus_per_pod,
+        junit=junit,
+        matrix_overlay=matrix_overlay(),
+    )
+    doc = fleet.to_json()
+    if as_json:
+        console.emit_json(doc)
+    else:
+        console.line(render_fleet(doc))
+    if not fleet.view.ok:
+        raise click.exceptions.Exit(1)

@@ -11,11 +11,85 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 REPORT_MARKER = "ENVBUILD-SMOKE-REPORT"
+"""The payload's last stdout line starts with this and a space, then the report's JSON."""
 REPORT_SCHEMA = 1
+PLAN_SCHEMA = 1
 STATUSES = ("pass", "fail", "warn", "skip")
+PRECISIONS = ("auto", "bf16", "fp16", "fp32")
+"""The plan's "precision": auto = bf16 where the GPU has it (fp16 + GradScaler before Ampere,
+fp32 on the CPU); torch honours bf16/fp16, TensorFlow bf16/fp32, JAX picks for itself."""
+DEFAULT_PRECISION = "auto"
+
+
+class Baseline(TypedDict):
+    """One GPU's healthy figures (a row of matrix/baselines.toml)."""
+
+    gpu: str
+    bf16_tflops: float | None
+    mem_bw_tbs: float | None
+    confidence: str
+    source: str
+
+
+class SmokePlan(TypedDict):
+    """What the payload must check: `/opt/envbuild/plan.json` in an image (envbuild.smoke.plan
+    writes it; the payload reads it, tolerating missing keys from older plans)."""
+
+    schema: int
+    name: str
+    input_hash: str | None
+    framework: str
+    """A framework name, or "auto" (the first one importable)."""
+    tier: int
+    allow_cpu: bool
+    steps: int
+    timeout_s: int
+    min_shm_mib: int
+    min_free_mib: int
+    driver_floor: str | None
+    expect: dict[str, str]
+    """label ("framework", "cuda", "cudnn", "nccl") -> the version the lock pins."""
+    locked_archs: list[str]
+    baselines: list[Baseline]
+    floor_ratio: float
+    multi_gpu: bool
+    collective_timeout_s: int
+    precision: str
+    """One of PRECISIONS."""
+
+
+class CheckRecord(TypedDict):
+    """One check of a report (`check()` makes them)."""
+
+    name: str
+    tier: int
+    status: str
+    """One of STATUSES."""
+    figure: str
+    hint: str
+
+
+class SmokeReport(TypedDict):
+    """What the payload prints after REPORT_MARKER (schema REPORT_SCHEMA)."""
+
+    schema: int
+    ok: bool
+    framework: str | None
+    device: str
+    """ "cuda" or "cpu"."""
+    tier: int
+    allow_cpu: bool
+    host: dict[str, Any]
+    """{"source", "driver", "cuda_driver", "gpus": [...]} as NVML or the framework saw them."""
+    versions: dict[str, dict[str, str | None]]
+    """label -> {"expected", "seen"}."""
+    checks: list[CheckRecord]
+    timings: dict[str, float]
+    metrics: dict[str, Any]
+    errors: list[str]
 
 # DCGM's policy: a SKU's performance floor is 0.75 x a healthy measurement
 # (NVIDIA/DCGM nvvs/diag-skus.yaml.in, "measures ~50000, x.75"; reference §A1).

@@ -3,8 +3,8 @@ mixed-precision training run, cuDNN conv, SDPA, a bitwise-repeat GEMM, bf16 TFLO
 bandwidth against the GPU's baseline, NVML telemetry, DDP over every GPU).
 
 Sizes and rules come from NVIDIA DCGM (levels, 0.75 x healthy floors), gpu-burn (repeat the
-same GEMM, demand identical results) and measurements on an H200 (reference
-reliability-performance.md §B1): the whole tier 2 needs a few GiB and seconds on a healthy GPU.
+same GEMM, demand identical results) and measurements on an H200
+(benchmarks/results/h200-smoke.md): the whole tier 2 needs a few GiB and seconds on a healthy GPU.
 """
 
 from __future__ import annotations

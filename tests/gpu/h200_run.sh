@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The H200 proof run of the smoke payload (issue 6), as sent to the device machine:
+# The H200 proof run of the smoke payload, as sent to the device machine:
 #   bash tests/gpu/h200_run.sh  (OUT=folder for the reports; python3 = the host's torch/JAX)
 # Writes h200-smoke-tier1.json, h200-smoke-full.json, h200-smoke-jax.json, h200-faults.json
 # and h200-run.log (tables, timings) into $OUT.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The `envbuild smoke --json` proof on H200s (issue 6), as sent to the device machine
+# The `envbuild smoke --json` proof on H200s, as sent to the device machine
 # (nvidia-h200-x2): both GPUs (DDP), then GPU 0 alone (bare plan and the pinned plan
 # tests/gpu/h200-plan.json), then the baseline readings. Reports into $OUT.
 set -u

@@ -11,7 +11,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -54,7 +54,7 @@ def _run(
 def plan() -> dict[str, Any]:
     if _gpu_count() < 1:
         pytest.skip(f"no CUDA GPU visible to {PYTHON}")
-    return smoke.plan(None, allow_cpu=False, matrix=load_matrix())
+    return cast(dict[str, Any], smoke.plan(None, allow_cpu=False, matrix=load_matrix()))
 
 
 def test_tier2_passes_on_a_healthy_gpu(tmp_path: Path, plan: dict[str, Any]) -> None:

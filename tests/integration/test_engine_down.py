@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.build import ImageJob, SmokeJudgement, build_and_verify
+from envbuild.build import ImageJob, build_and_verify
 from envbuild.docker_engine import DockerEngine
 from envbuild.engine import RunResult
 from envbuild.errors import EngineError
+from envbuild.smoke import SmokeJudgement
 
 
 def never(result: RunResult) -> SmokeJudgement:

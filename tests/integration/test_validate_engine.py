@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuild import api
+from envbuild.app import validate as validate_use_case
 from envbuild.build import LOCK_LABEL, ROLE_LABEL
 from envbuild.docker_engine import DockerEngine
 from envbuild.lockfile import dumps
@@ -57,7 +57,7 @@ def _smoke_containers(engine: DockerEngine, ref: str) -> list[str]:
 
 
 def test_passing_image(engine: DockerEngine, passing: str) -> None:
-    result = api.validate(
+    result = validate_use_case.validate(
         target=passing,
         facts_file=HOSTS / "h200-healthy.json",
         engine=engine,
@@ -70,7 +70,7 @@ def test_passing_image(engine: DockerEngine, passing: str) -> None:
 
 
 def test_failing_image_exit_6(engine: DockerEngine, failing: str) -> None:
-    result = api.validate(
+    result = validate_use_case.validate(
         target=failing,
         facts_file=HOSTS / "h200-healthy.json",
         engine=engine,

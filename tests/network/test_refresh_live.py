@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from packaging.specifiers import SpecifierSet
 
-from envbuild import api, pypi, refresh
+from envbuild import pypi, refresh
+from envbuild.app import matrix as matrix_use_case
 
 pytestmark = pytest.mark.network
 
@@ -20,7 +21,7 @@ def test_newest_torch_pins_match_its_wheel_metadata(
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     folder = tmp_path / "matrix"
     folder.mkdir()
-    result = api.matrix_refresh(
+    result = matrix_use_case.refresh_matrix(
         sources=("pypi",), frameworks=("torch",), dry_run=False, matrix_dir=folder
     )
     assert result.sources_ok == ("pypi",)

@@ -80,6 +80,7 @@ def test_smoke_results_fractions_come_from_the_matrix_baseline(tmp_path: Path) -
     assert "H200" in base.gpu
     fig = only["figures"][0]
     assert fig["bf16_tflops_of_baseline"] == 700.0 / base.bf16_tflops
+    assert base.datasheet_mem_bw_tbs is not None
     assert fig["mem_bw_tbs_of_datasheet"] == 4.0 / base.datasheet_mem_bw_tbs
     text = run.write_report({"smoke_h200": section})
     assert "| h200-smoke-x.json | torch | 1 | 2 | PASS on cuda | 1 |" in text

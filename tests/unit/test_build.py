@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,12 +16,10 @@ from envbuild.build import (
     REPORT_LABEL,
     ROLE_LABEL,
     ImageJob,
-    SmokeJudgement,
     build_and_verify,
     default_tag,
     report_label,
     shm_mib_for,
-    smoke_command,
 )
 from envbuild.engine import BuildResult, ProgressFn, RunResult, RunSpec
 from envbuild.errors import (
@@ -30,6 +29,8 @@ from envbuild.errors import (
     GpuUnavailableError,
     SmokeFailed,
 )
+from envbuild.gpu_attach import Attachment
+from envbuild.smoke import SmokeJudgement, payload_command
 
 LOCK_TEXT = "# envbuild.lock\nname = 'demo'\n"
 SHA = "ab" * 32
@@ -102,9 +103,18 @@ class FakeEngine:
     def containers(self, label: str) -> list[str]:
         return []
 
-    def has_nvidia_runtime(self) -> bool:
-        self.calls.append(("has_nvidia_runtime", None))
-        return self.nvidia
+    def gpu_attach(self, *, want: str = "auto", devices: tuple[str, ...] = ("all",)) -> Attachment:
+        self.calls.append(("gpu_attach", want))
+        way = ("cdi" if want == "auto" else want) if self.nvidia else "none"
+        return Attachment(way, devices, "auto", "fake engine")  # type: ignore[arg-type]
+
+    def push(self, image: str, ref: str, *, progress: ProgressFn) -> str:
+        self.calls.append(("push", (image, ref)))
+        return "sha256:" + "d" * 64
+
+    def save(self, ref: str, dest: Path) -> int:
+        self.calls.append(("save", (ref, dest)))
+        return 0
 
     def names(self) -> list[str]:
         return [c[0] for c in self.calls]
@@ -183,7 +193,7 @@ def test_run_spec_attaches_gpus_shm_limit_and_role_label() -> None:
     assert spec.shm_size == "4096m"
     assert spec.timeout_s == 77
     assert spec.labels[ROLE_LABEL] == "smoke"
-    assert spec.command == smoke_command(allow_cpu=False)
+    assert spec.command == payload_command(allow_cpu=False)
     assert "--allow-cpu" not in spec.command
 
 

@@ -10,11 +10,13 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from envbuild import api
-from envbuild.build import ImageOutcome, SmokeJudgement
+from envbuild.app import image
+from envbuild.build import ImageOutcome
 from envbuild.cli import cli
 from envbuild.commands.image import Progress
 from envbuild.errors import GpuUnavailableError, SmokeFailed, StaleLockError
+from envbuild.render import BuildInputs
+from envbuild.smoke import SmokeJudgement
 from tests.unit.test_build import OK_RUN, FakeEngine, make_job
 
 
@@ -49,22 +51,23 @@ def test_flags_reach_the_api_and_json_is_one_document(
         kwargs["progress"]("Step 1/1 : FROM x")
         return _outcome()
 
-    monkeypatch.setattr(api, "build_image", fake)
+    monkeypatch.setattr(image, "build_image", fake)
     args = ["image", str(tmp_path), "--allow-cpu", "--base-image", "b:1", "--ca-cert", str(ca)]
     args += ["--smoke-timeout", "5", "--keep-failed", "--tag", "t/x:1", "--json"]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout.strip().splitlines()[-1])
     assert doc["ok"] is True and doc["device"] == "cpu" and doc["base_image_replaced"] is True
-    assert seen["allow_cpu"] is True and seen["base_image"] == "b:1"
-    assert seen["ca_cert"] == ca and seen["smoke_timeout"] == 5 and seen["keep_failed"] is True
-    assert seen["tag"] == "t/x:1" and seen["buildkit"] is False
+    assert seen["request"] == image.ImageRequest(
+        tag="t/x:1", allow_cpu=True, smoke_timeout=5, keep_failed=True
+    )
+    assert seen["build_inputs"] == BuildInputs(base_image="b:1", ca_cert=ca)
 
 
 def test_human_output_names_tag_device_and_labels(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(api, "build_image", lambda **_: _outcome())
+    monkeypatch.setattr(image, "build_image", lambda **_: _outcome())
     result = CliRunner().invoke(cli, ["image", str(tmp_path), "--allow-cpu"])
     assert result.exit_code == 0, result.output
     assert "tagged envbuild-test/demo:ok" in result.stdout
@@ -86,7 +89,7 @@ def test_errors_map_to_exit_codes_with_next_step(
     def fake(**_: Any) -> ImageOutcome:
         raise error
 
-    monkeypatch.setattr(api, "build_image", fake)
+    monkeypatch.setattr(image, "build_image", fake)
     result = CliRunner().invoke(cli, ["image", str(tmp_path)])
     assert result.exit_code == code
     assert "next:" in result.stderr
@@ -109,7 +112,7 @@ def test_smoke_failure_prints_each_failed_check_and_fix(
     def fake(**_: Any) -> ImageOutcome:
         raise err
 
-    monkeypatch.setattr(api, "build_image", fake)
+    monkeypatch.setattr(image, "build_image", fake)
     result = CliRunner().invoke(cli, ["image", str(tmp_path)])
     assert result.exit_code == 6
     assert "failed check shm.size (64 MiB)" in result.stderr

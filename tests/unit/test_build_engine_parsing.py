@@ -1,5 +1,5 @@
 """The engines' pure parts: the build stream parser and its error classes, the buildx command
-line, NVIDIA runtime detection from `docker info`, the context tar, image reference checks."""
+line, the GPU attach ways as docker-py arguments, the context tar, image reference checks."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.buildx_engine import buildx_command, write_context
-from envbuild.docker_engine import BuildStream, context_tar, nvidia_available
+from envbuild.app.image import check_tag
+from envbuild.buildx_engine import BuildxOptions, buildx_command, write_context
+from envbuild.docker_engine import BuildStream, attach_kwargs, context_tar
 from envbuild.errors import BuildError, DiskFullError, UserError
-from envbuild.image_job import check_tag
+from envbuild.gpu_attach import EngineGpuFacts, choose
 
 
 def feed_all(chunks: list[dict[str, object]]) -> tuple[BuildStream, list[str]]:
@@ -106,6 +107,25 @@ def test_buildx_command_line(tmp_path: Path) -> None:
     assert "--pull" in buildx_command(context_dir=tmp_path, iidfile=tmp_path / "i", pull=True)
 
 
+def test_buildx_passes_caches_through_and_secrets_only_when_in_the_context(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "certs").mkdir()
+    (tmp_path / "certs" / "ca.crt").write_text("PEM")
+    options = BuildxOptions(
+        cache_from=("type=registry,ref=r.example/x:cache",),
+        cache_to=("type=inline",),
+        secrets={"envbuild-ca": "certs/ca.crt", "absent": "certs/none.crt"},
+    )
+    cmd = buildx_command(context_dir=tmp_path, iidfile=tmp_path / "iid", options=options)
+    pairs = list(zip(cmd, cmd[1:], strict=False))
+    assert ("--secret", f"id=envbuild-ca,src={tmp_path / 'certs' / 'ca.crt'}") in pairs
+    assert not any("absent" in a for a in cmd)
+    assert ("--cache-from", "type=registry,ref=r.example/x:cache") in pairs
+    assert ("--cache-to", "type=inline") in pairs
+    assert cmd[-1] == str(tmp_path)
+
+
 def test_write_context_refuses_escaping_paths(tmp_path: Path) -> None:
     write_context({"Dockerfile": b"FROM x\n", "a/b.txt": b"1"}, tmp_path)
     assert (tmp_path / "a" / "b.txt").read_bytes() == b"1"
@@ -113,17 +133,28 @@ def test_write_context_refuses_escaping_paths(tmp_path: Path) -> None:
         write_context({"../evil": b""}, tmp_path)
 
 
-def test_nvidia_detection_from_docker_info(tmp_path: Path) -> None:
-    assert nvidia_available({"Runtimes": {"runc": {}, "nvidia": {}}}, local=False)
-    assert not nvidia_available({"Runtimes": {"runc": {}}}, local=False)
-    cdi = tmp_path / "cdi"
-    cdi.mkdir()
-    info = {"Runtimes": {"runc": {}}, "CDISpecDirs": [str(cdi)]}
-    hook_on_path = nvidia_available(info, local=True)
-    (cdi / "nvidia.yaml").write_text("cdiVersion: 0.5.0\n")
-    assert nvidia_available(info, local=True)
-    assert not nvidia_available(info, local=False)
-    assert isinstance(hook_on_path, bool)
+def test_each_gpu_attach_way_becomes_its_engine_arguments() -> None:
+    # The rule itself is tested in test_gpu_attach.py; here only docker-py's spelling of it.
+    facts = EngineGpuFacts(
+        "26.1.5", ("runc",), ("/etc/cdi",), ("nvidia.com/gpu=all",), "", None, True
+    )
+    cdi = attach_kwargs(choose(facts), {})
+    assert [(r["Driver"], r["DeviceIDs"]) for r in cdi["device_requests"]] == [
+        ("cdi", ["nvidia.com/gpu=all"])
+    ]
+    every = attach_kwargs(choose(facts, want="gpus"), {})["device_requests"][0]
+    assert (every["Count"], every["Capabilities"]) == (-1, [["gpu"]])
+    some = attach_kwargs(choose(facts, want="gpus", devices=("0", "1")), {})["device_requests"][0]
+    assert (some["DeviceIDs"], some["Capabilities"]) == (["0", "1"], [["gpu"]])
+    runtime = attach_kwargs(choose(facts, want="runtime", devices=("1",)), {"A": "b"})
+    assert runtime == {
+        "runtime": "nvidia",
+        "environment": {
+            "NVIDIA_DRIVER_CAPABILITIES": "compute,utility",
+            "A": "b",
+            "NVIDIA_VISIBLE_DEVICES": "1",
+        },
+    }
 
 
 def test_context_tar_is_deterministic_and_complete() -> None:
@@ -156,7 +187,9 @@ def test_invalid_tags_are_user_errors(ref: str) -> None:
 
 
 class _Up:
-    """A docker engine stand-in that answers ping."""
+    """A docker engine stand-in that answers ping (as Docker, not Podman)."""
+
+    is_podman = False
 
     def ping(self) -> None:
         return None

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 from packaging.version import Version
 
 import envbuild.matrix
@@ -23,10 +23,10 @@ from tests.unit.test_resolver import M
 
 @pytest.fixture
 def fixture_matrix(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(envbuild.matrix, "load_matrix", lambda **_: M, raising=False)
+    monkeypatch.setattr(envbuild.matrix, "load_matrix_from", lambda overlay: M)
 
 
-def run(*args: str):
+def run(*args: str) -> Result:
     return CliRunner().invoke(cli, ["resolve", *args])
 
 
@@ -162,13 +162,14 @@ def test_resolve_does_not_import_torch_docker_or_pynvml() -> None:
 
 
 _TIMING = """
-from envbuild import api, matrix, resolver
+from envbuild import matrix, resolver
+from envbuild.app import resolve as resolve_use_case
 import time
 t0 = time.perf_counter()
 m = matrix.load_matrix()
 t1 = time.perf_counter()
-api.resolve(gpus=['H100', 'L4'], driver='570.124.06', matrix=m)
-api.resolve(gpus=['V100', 'RTX 5090'], driver='535.104.05', framework='torch>=2.12', matrix=m)
+resolve_use_case.resolve(gpus=['H100', 'L4'], driver='570.124.06', matrix=m)
+resolve_use_case.resolve(gpus=['V100', 'RTX 5090'], driver='535.104.05', framework='torch>=2.12', matrix=m)
 t2 = time.perf_counter()
 print(t1 - t0, (t2 - t1) / 2)
 """

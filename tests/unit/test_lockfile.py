@@ -20,7 +20,9 @@ from typing import Any
 
 import pytest
 
-from envbuild import lockfile
+from envbuild import buildlog, fsio, lockfile
+from envbuild.app import inputs
+from envbuild.app import lock as lock_use_case
 from envbuild.errors import LockEditedError, LockError, MatrixError, PinError, StaleLockError
 from envbuild.matrix import (
     Arch,
@@ -159,18 +161,17 @@ def install_fakes(
     """Fixed matrix, resolver answer, uv output and an unreachable registry."""
     import envbuild.matrix
     import envbuild.pydeps
+    import envbuild.registry
     import envbuild.resolver
 
     fixed_matrix = matrix or demo_matrix()
     fixed_stack = stack or demo_stack()
     fake = uv or FakeUv()
-    monkeypatch.setattr(
-        envbuild.matrix, "load_matrix", lambda *, overlay=None: fixed_matrix, raising=False
-    )
+    monkeypatch.setattr(envbuild.matrix, "load_matrix_from", lambda overlay: fixed_matrix)
     monkeypatch.setattr(envbuild.resolver, "resolve", lambda req, m, hosts=(): fixed_stack)
     monkeypatch.setattr(envbuild.pydeps, "run_subprocess", fake)
     monkeypatch.setattr(envbuild.pydeps, "find_uv", lambda: "uv")
-    monkeypatch.setattr(lockfile, "registry_digest", lambda ref, timeout=5.0: None)
+    monkeypatch.setattr(envbuild.registry, "registry_digest", lambda ref, timeout=5.0: None)
     return fake
 
 
@@ -187,7 +188,7 @@ def make_image(root: Path, text: str = DEMO_REQUEST, name: str = "demo") -> Path
 def test_golden_lock_is_byte_exact(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     install_fakes(monkeypatch)
     image = make_image(tmp_path)
-    outcome = lockfile.lock_image(image)
+    outcome = lock_use_case.lock_image(image)
     text = (image / "envbuild.lock").read_text()
     assert outcome.status == "written"
     assert text == outcome.text
@@ -221,9 +222,9 @@ def test_golden_header_and_shape() -> None:
 def test_relock_same_inputs_is_unchanged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     install_fakes(monkeypatch)
     image = make_image(tmp_path)
-    first = lockfile.lock_image(image)
+    first = lock_use_case.lock_image(image)
     mtime = (image / "envbuild.lock").stat().st_mtime_ns
-    second = lockfile.lock_image(image)
+    second = lock_use_case.lock_image(image)
     assert second.status == "unchanged"
     assert second.text == first.text
     assert (image / "envbuild.lock").stat().st_mtime_ns == mtime
@@ -232,7 +233,7 @@ def test_relock_same_inputs_is_unchanged(tmp_path: Path, monkeypatch: pytest.Mon
 def test_roundtrip_dumps_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     install_fakes(monkeypatch)
     image = make_image(tmp_path)
-    outcome = lockfile.lock_image(image)
+    outcome = lock_use_case.lock_image(image)
     again = lockfile.loads(outcome.text)
     assert again == outcome.lock
     assert lockfile.dumps(again, command="envbuild lock images/demo") == outcome.text
@@ -252,7 +253,7 @@ def test_cpu_stack_has_no_floors_or_cuda(tmp_path: Path, monkeypatch: pytest.Mon
     )
     install_fakes(monkeypatch, stack=cpu)
     image = make_image(tmp_path, '[image]\ndevice = "cpu"\n[framework]\nrequirement = "torch"\n')
-    outcome = lockfile.lock_image(image)
+    outcome = lock_use_case.lock_image(image)
     assert "[stack.floors]" not in outcome.text
     assert "cuda =" not in outcome.text.split("[base_image]")[0]
     assert lockfile.loads(outcome.text) == outcome.lock
@@ -266,15 +267,15 @@ def test_relock_passes_previous_picks_as_preferences(
 ) -> None:
     fake = install_fakes(monkeypatch)
     image = make_image(tmp_path)
-    lockfile.lock_image(image)
+    lock_use_case.lock_image(image)
     assert fake.preferences[0] is None
-    lockfile.lock_image(image)
+    lock_use_case.lock_image(image)
     prefs = fake.preferences[1]
     assert prefs is not None and 'name = "numpy"' in prefs
-    lockfile.lock_image(image, upgrade_packages=["NumPy"])
+    lock_use_case.lock_image(image, upgrade_packages=["NumPy"])
     assert 'name = "numpy"' not in (fake.preferences[2] or "")
     assert fake.calls[2][fake.calls[2].index("--upgrade-package") + 1] == "numpy"
-    lockfile.lock_image(image, upgrade=True)
+    lock_use_case.lock_image(image, upgrade=True)
     assert fake.preferences[3] is None
 
 
@@ -285,7 +286,7 @@ def test_relock_keeps_locked_framework_version(
 
     install_fakes(monkeypatch)
     image = make_image(tmp_path)
-    lockfile.lock_image(image)
+    lock_use_case.lock_image(image)
     seen: list[str] = []
 
     def newest(req: Any, m: Any, hosts: Any = ()) -> Stack:
@@ -294,17 +295,17 @@ def test_relock_keeps_locked_framework_version(
         return demo_stack(pinned or "2.10.1")
 
     monkeypatch.setattr(envbuild.resolver, "resolve", newest)
-    lockfile.lock_image(image)
+    lock_use_case.lock_image(image)
     assert seen == ["torch==2.10.0"]
     seen.clear()
-    lockfile.lock_image(image, upgrade=True)
+    lock_use_case.lock_image(image, upgrade=True)
     assert seen == ["torch>=2.8,<2.11"]  # the request as written
 
 
 def test_matrix_disagreement_warns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     wrong = dataclasses.replace(demo_stack(), cudnn="9.8.0")
     install_fakes(monkeypatch, stack=wrong)
-    outcome = lockfile.lock_image(make_image(tmp_path))
+    outcome = lock_use_case.lock_image(make_image(tmp_path))
     assert any("cudnn: the matrix says 9.8.0" in w for w in outcome.warnings)
     assert outcome.lock.stack.cudnn == "9.10.2.21"
 
@@ -314,7 +315,7 @@ def test_framework_missing_from_pins_is_an_error(
 ) -> None:
     install_fakes(monkeypatch, uv=FakeUv(FIXTURES / "uv-jinja2-py312-x86_64.pylock.toml"))
     with pytest.raises(PinError, match="do not contain torch"):
-        lockfile.lock_image(make_image(tmp_path))
+        lock_use_case.lock_image(make_image(tmp_path))
 
 
 def test_other_cuda_major_from_the_index_is_an_error(
@@ -324,7 +325,7 @@ def test_other_cuda_major_from_the_index_is_an_error(
     install_fakes(monkeypatch, uv=FakeUv(FIXTURES / "uv-torch-2.14.1-py311-aarch64.pylock.toml"))
     image = make_image(tmp_path)
     with pytest.raises(MatrixError) as err:
-        lockfile.lock_image(image)
+        lock_use_case.lock_image(image)
     assert "depend on CUDA 13.0.3.0 libraries" in err.value.message
     assert not (image / "envbuild.lock").exists()
 
@@ -350,7 +351,7 @@ def test_wheelhouse_stands_in_for_the_framework_index(
     uv.text = head + sep + re.sub(r'url = "[^"]*"', f'url = "file://{house}/t.whl"', tail, count=1)
     fake = install_fakes(monkeypatch, stack=_off_pypi(), uv=uv)
     text = DEMO_REQUEST + f'\n[indexes]\nfind_links = ["{house}"]\n'
-    outcome = lockfile.lock_image(make_image(tmp_path, text))
+    outcome = lock_use_case.lock_image(make_image(tmp_path, text))
     argv = fake.calls[0]
     assert "https://download.pytorch.org/whl/cu128" not in argv
     assert argv[argv.index("--find-links") + 1] == str(house)
@@ -365,7 +366,7 @@ def test_framework_index_goes_first_among_extra_indexes(
 ) -> None:
     fake = install_fakes(monkeypatch, stack=_off_pypi())
     with pytest.raises(PinError, match="not from the index of the cu128 variant"):
-        lockfile.lock_image(make_image(tmp_path))
+        lock_use_case.lock_image(make_image(tmp_path))
     argv = fake.calls[0]
     # uv prefers --extra-index-url over --index-url: the variant's index must be an extra one.
     assert argv[argv.index("--extra-index-url") + 1] == "https://download.pytorch.org/whl/cu128"
@@ -377,10 +378,10 @@ def test_reuploaded_files_are_named_as_such() -> None:
 
     old = [LockedPackage("torch", "2.10.0", ("sha256:" + "a" * 64,), "https://pypi.org/simple")]
     new = [LockedPackage("torch", "2.10.0", ("sha256:" + "b" * 64,), "https://pypi.org/simple")]
-    (msg,) = lockfile.reuploaded(old, new)
+    (msg,) = lock_use_case.reuploaded(old, new)
     assert "re-uploaded" in msg and "PyTorch index" in msg
-    assert lockfile.reuploaded(old, old) == []
-    text = lockfile.hash_mismatch_message("torch", "2.10.0", old[0].hashes, new[0].hashes[0])
+    assert lock_use_case.reuploaded(old, old) == []
+    text = buildlog.hash_mismatch_message("torch", "2.10.0", old[0].hashes, new[0].hashes[0])
     assert "re-uploaded" in text and "altered" in text
 
 
@@ -390,13 +391,13 @@ def test_reuploaded_files_are_named_as_such() -> None:
 def _locked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     install_fakes(monkeypatch)
     image = make_image(tmp_path)
-    lockfile.lock_image(image)
+    lock_use_case.lock_image(image)
     return image
 
 
 def test_check_fresh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     image = _locked(tmp_path, monkeypatch)
-    outcome = lockfile.check_image(image)
+    outcome = lock_use_case.check_image(image)
     assert outcome.status == "fresh"
 
 
@@ -404,7 +405,7 @@ def test_check_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     install_fakes(monkeypatch)
     image = make_image(tmp_path)
     with pytest.raises(StaleLockError) as err:
-        lockfile.check_image(image)
+        lock_use_case.check_image(image)
     assert err.value.exit_code == 1
     assert err.value.hint == f"envbuild lock {image}"
 
@@ -418,7 +419,7 @@ def test_check_edited_body(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     assert old in text
     path.write_text(text.replace(old, 'name = "numpy"\nversion = "1.0.0"'))
     with pytest.raises(LockEditedError) as err:
-        lockfile.check_image(image)
+        lock_use_case.check_image(image)
     assert err.value.exit_code == 1
     assert "edited by hand" in err.value.message
     assert err.value.hint == f"envbuild lock {image}"
@@ -429,7 +430,7 @@ def test_check_stale_request(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     req = image / "envbuild.toml"
     req.write_text(req.read_text().replace('"numpy<3"', '"numpy<2.4"'))
     with pytest.raises(StaleLockError) as err:
-        lockfile.check_image(image)
+        lock_use_case.check_image(image)
     assert "envbuild.toml changed" in err.value.message
     assert err.value.hint == f"envbuild lock {image}"
 
@@ -438,7 +439,7 @@ def test_check_changed_matrix_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     image = _locked(tmp_path, monkeypatch)
     install_fakes(monkeypatch, matrix=demo_matrix(cudnn_source="a corrected source"))
     with pytest.raises(StaleLockError) as err:
-        lockfile.check_image(image)
+        lock_use_case.check_image(image)
     assert "matrix row cudnn:9.10.2 changed" in err.value.message
 
 
@@ -449,14 +450,14 @@ def test_check_ignores_rows_the_stack_did_not_use(
     m = demo_matrix()
     extra = CudaRelease("13.0.2", "580.95.05", "580.65.06", source=SRC)
     install_fakes(monkeypatch, matrix=dataclasses.replace(m, cuda=(*m.cuda, extra)))
-    assert lockfile.check_image(image).status == "fresh"
+    assert lock_use_case.check_image(image).status == "fresh"
 
 
 def test_check_removed_matrix_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     image = _locked(tmp_path, monkeypatch)
     install_fakes(monkeypatch, matrix=dataclasses.replace(demo_matrix(), libs=()))
     with pytest.raises(StaleLockError, match=r"matrix row cudnn:9\.10\.2 is gone"):
-        lockfile.check_image(image)
+        lock_use_case.check_image(image)
 
 
 def test_newer_schema_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -464,7 +465,7 @@ def test_newer_schema_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     path = image / "envbuild.lock"
     path.write_text(path.read_text().replace("schema_version = 1", "schema_version = 99"))
     with pytest.raises(LockError) as err:
-        lockfile.check_image(image)
+        lock_use_case.check_image(image)
     assert err.value.exit_code == 2
     assert "upgrade envbuild" in err.value.hint
 
@@ -473,7 +474,7 @@ def test_load_fresh_returns_request_and_lock(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     image = _locked(tmp_path, monkeypatch)
-    request, lock = lockfile.load_fresh(image)
+    request, lock = inputs.load_fresh(image)
     assert request == parse_request(DEMO_REQUEST.encode(), path="x", default_name="demo")
     assert lock.name == "demo" and lock.stack.framework.version == "2.10.0"
 
@@ -482,15 +483,15 @@ def test_load_fresh_text_gives_the_bytes_it_checked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     image = _locked(tmp_path, monkeypatch)
-    request, lock, text = lockfile.load_fresh_text(image)
+    request, lock, text = inputs.load_fresh_text(image)
     assert text == (image / lockfile.LOCK_FILE).read_text(encoding="utf-8")
     assert lockfile.loads(text) == lock
-    assert (request, lock) == lockfile.load_fresh(image)
+    assert (request, lock) == inputs.load_fresh(image)
 
 
 def test_write_atomic_takes_bytes_and_creates_the_folder(tmp_path: Path) -> None:
     path = tmp_path / "new" / "deeper" / "ctx.tar"
-    lockfile.write_atomic(path, b"\x00\xffbinary")
+    fsio.write_atomic(path, b"\x00\xffbinary")
     assert path.read_bytes() == b"\x00\xffbinary"
     assert path.stat().st_mode & 0o777 == 0o644
     assert sorted(p.name for p in path.parent.iterdir()) == ["ctx.tar"]
@@ -512,13 +513,13 @@ _SLOW_WRITER = textwrap.dedent(
     """
     import os, sys, time
     from pathlib import Path
-    from envbuild import lockfile
+    from envbuild import fsio
     real_fsync = os.fsync
     def slow_fsync(fd):
         Path(sys.argv[2]).write_text("in fsync")
         time.sleep(60)
     os.fsync = slow_fsync
-    lockfile.write_atomic(Path(sys.argv[1]), "NEW CONTENT " * 10000)
+    fsio.write_atomic(Path(sys.argv[1]), "NEW CONTENT " * 10000)
     """
 )
 
@@ -551,11 +552,11 @@ _LOCK_RUN = textwrap.dedent(
     import sys
     from pathlib import Path
     import pytest
-    from envbuild import lockfile
+    from envbuild.app import lock as lock_use_case
     from tests.unit.test_lockfile import FakeUv, install_fakes
     mp = pytest.MonkeyPatch()
     install_fakes(mp, uv=FakeUv(delay=0.2))
-    print(lockfile.lock_image(Path(sys.argv[1])).status)
+    print(lock_use_case.lock_image(Path(sys.argv[1])).status)
     """
 )
 
@@ -585,7 +586,7 @@ def test_concurrent_lock_runs_end_with_one_valid_lock(tmp_path: Path) -> None:
 
 def test_write_atomic_replaces_and_leaves_no_temp(tmp_path: Path) -> None:
     path = tmp_path / "f.txt"
-    lockfile.write_atomic(path, "one")
-    lockfile.write_atomic(path, "two")
+    fsio.write_atomic(path, "one")
+    fsio.write_atomic(path, "two")
     assert path.read_text() == "two"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f.txt"]

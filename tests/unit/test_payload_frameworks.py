@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from envbuild import api, smoke
+from envbuild import smoke
+from envbuild.app import smoke as smoke_use_case
 from envbuild.matrix import Matrix
 from envbuild.payload import smoke_checks as ck
 from envbuild.resources import payload_dir
@@ -171,7 +172,7 @@ def test_api_smoke_end_to_end_on_the_cpu(framework: str, tmp_path: Path) -> None
     python = _python(framework)
     plan_file = tmp_path / "plan.json"
     plan_file.write_text(json.dumps(_plan(framework, tier=1)))
-    outcome = api.smoke(allow_cpu=True, plan_file=plan_file, python=python)
+    outcome = smoke_use_case.run(allow_cpu=True, plan_file=plan_file, python=python)
     assert outcome.verdict.ok, outcome.verdict.summary
     assert outcome.report["framework"] == framework and outcome.verdict.device == "cpu"
 

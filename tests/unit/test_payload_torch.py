@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from envbuild import api, smoke
+from envbuild import smoke
+from envbuild.app import smoke as smoke_use_case
 from envbuild.matrix import Matrix
 from envbuild.payload import smoke_checks as ck
 from envbuild.resources import payload_dir
@@ -105,7 +106,7 @@ def test_watchdog_reports_a_timeout(tmp_path: Path) -> None:
 def test_api_smoke_end_to_end_on_the_cpu(tmp_path: Path) -> None:
     plan_file = tmp_path / "plan.json"
     plan_file.write_text(json.dumps(dict(BARE, tier=1, framework="torch")))
-    outcome = api.smoke(allow_cpu=True, plan_file=plan_file, python=TORCH_PYTHON)
+    outcome = smoke_use_case.run(allow_cpu=True, plan_file=plan_file, python=TORCH_PYTHON)
     assert outcome.verdict.ok, outcome.verdict.summary
     assert outcome.report["framework"] == "torch" and outcome.verdict.device == "cpu"
     assert outcome.plan["allow_cpu"] is True

@@ -3,6 +3,7 @@ failure messages, and a few live runs against PyPI (marked network)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +58,7 @@ def test_parse_recorded_uv_output_torch_cu128() -> None:
 
 
 def test_parse_recorded_uv_output_torch_cu130_aarch64() -> None:
-    # torch >= 2.11 pins the cuda-toolkit[...] meta-package (compat-facts.md 3b) and its
+    # torch >= 2.11 pins the cuda-toolkit[...] meta-package (its PyPI Requires-Dist) and its
     # aarch64 PyPI wheel is CUDA-enabled.
     pkgs = pydeps.parse_pylock(TORCH_2141_ARM.read_text(), _req(python="3.11", platform="aarch64"))
     by = {p.name: p for p in pkgs}
@@ -185,7 +186,7 @@ def test_pip_fallback_runs_dry_run_report(monkeypatch: pytest.MonkeyPatch) -> No
     def runner(argv: Any, cwd: Path, env: Any) -> RunResult:
         assert "--dry-run" in argv and "--report" in argv
         assert argv[argv.index("--platform") + 1] == "manylinux_2_28_x86_64"
-        assert env["PIP_CONFIG_FILE"] == pydeps.os.devnull
+        assert env["PIP_CONFIG_FILE"] == os.devnull
         (cwd / argv[argv.index("--report") + 1]).write_text(report)
         return RunResult(0, "", "")
 

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from envbuild import lockfile, pydeps
+from envbuild import pydeps
+from envbuild.app import lock as lock_use_case
 from envbuild.pydeps import RunResult
 from envbuild.request import load_request
 from tests.unit.test_lockfile import DEMO_REQUEST, FakeUv, install_fakes, make_image
@@ -36,7 +37,7 @@ def test_peer_command_asks_uv_what_envbuild_lock_asked(
     )
     image = make_image(tmp_path, text)
     (image / "wheels").mkdir()
-    outcome = lockfile.lock_image(image)
+    outcome = lock_use_case.lock_image(image)
 
     argv, requirements = pydeps.peer_compile_command(
         outcome.lock, load_request(image), image_dir=image, uv=("uv",)

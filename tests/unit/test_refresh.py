@@ -1,7 +1,7 @@
 """Parsing and derivation of `matrix refresh` against recorded PyPI responses (no network).
 
 Expected values are read independently from the recorded texts (a regex over the METADATA
-lines or the wheel file names), or cited from shared/reference/compat-facts.toml.
+lines or the wheel file names), or cited from PyPI (https://pypi.org/project/torch/).
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,8 +27,15 @@ FIX = Path(__file__).resolve().parents[1] / "fixtures" / "refresh"
 SEEN = "2026-11-30"
 
 
-def simple(project: str) -> dict:
-    return json.loads((FIX / f"simple-{project}.json").read_text())
+def simple(project: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((FIX / f"simple-{project}.json").read_text())
+    return data
+
+
+def _search(pattern: str, text: str, flags: int = 0) -> re.Match[str]:
+    found = re.search(pattern, text, flags)
+    assert found is not None, pattern
+    return found
 
 
 def metadata_text(project_file_prefix: str) -> str:
@@ -121,7 +129,7 @@ def test_torch_runtime_pins(version: str) -> None:
     text = metadata_text(f"torch-{version}-")
     meta = refresh.parse_metadata(text)
     assert meta.version == version
-    assert meta.requires_python == re.search(r"^Requires-Python: (.+)$", text, re.M).group(1)
+    assert meta.requires_python == _search(r"^Requires-Python: (.+)$", text, re.M).group(1)
     pins = refresh.cuda_pins(meta)
     assert pins.cudnn == pin(text, "nvidia-cudnn-cu12")
     assert pins.nccl == pin(text, "nvidia-nccl-cu12")
@@ -154,8 +162,8 @@ def test_runtime_maps_to_the_oldest_toolkit_that_ships_it(runtime_pins: dict[str
 def test_lower_bounds_for_range_pins() -> None:
     text = metadata_text("jax_cuda12_plugin-0.12.0.1-")
     pins = refresh.cuda_pins(refresh.parse_metadata(text), extra="with-cuda")
-    cudnn_floor = re.search(r"nvidia-cudnn-cu12[^;]*>=([\d.]+)", text).group(1)
-    nccl_floor = re.search(r"nvidia-nccl-cu12>=([\d.]+)", text).group(1)
+    cudnn_floor = _search(r"nvidia-cudnn-cu12[^;]*>=([\d.]+)", text).group(1)
+    nccl_floor = _search(r"nvidia-nccl-cu12>=([\d.]+)", text).group(1)
     assert (pins.cudnn, pins.nccl, pins.exact) == (cudnn_floor, nccl_floor, False)
     # Without the extra the plugin pulls no CUDA wheels at all.
     assert refresh.cuda_pins(refresh.parse_metadata(text)).cudnn is None
@@ -170,7 +178,7 @@ def test_torch_rows_from_pypi_alone(runtime_pins: dict[str, str]) -> None:
     assert [r.version for r in d.releases] == ["2.7.0", "2.7.1", "2.15.0"]
     assert all(r.source == "https://pypi.org/simple/torch/" and r.seen == SEEN for r in d.releases)
     by_versions = {b.versions: b for b in d.builds}
-    # 2.7.0 and 2.7.1 pin the same CUDA libraries (compat-facts.toml: cu126, cuDNN 9.5.1.17).
+    # 2.7.0 and 2.7.1 pin the same CUDA libraries (their Requires-Dist: cu126, cuDNN 9.5.1.17).
     assert set(by_versions) == {"==2.7.*", "==2.15.*"}
     b27 = by_versions["==2.7.*"]
     text = metadata_text("torch-2.7.1-")
@@ -209,7 +217,7 @@ def test_runtime_floor_without_a_toolkit_gives_the_cuda_minor() -> None:
     # No recorded cuda-toolkit release pins TensorFlow's runtime floor: the CUDA minor is still
     # known from the runtime's own version ("update unknown" in the matrix's terms).
     text = metadata_text("tensorflow-2.21.0-")
-    floor = re.search(r"nvidia-cuda-runtime-cu12[^;]*>=(\d+)\.(\d+)", text)
+    floor = _search(r"nvidia-cuda-runtime-cu12[^;]*>=(\d+)\.(\d+)", text)
     d = refresh.derive_channel(channel_data("tensorflow", "tensorflow"), runtime_pins={}, seen=SEEN)
     assert [b.cuda for b in d.builds] == [f"{floor.group(1)}.{floor.group(2)}"]
 
@@ -354,7 +362,7 @@ def test_range_floors_only_flag_values_below_the_floor() -> None:
     d = refresh.derive_channel(channel_data("jax", "jax-cuda12-plugin"), runtime_pins={}, seen=SEEN)
     (derived,) = d.builds
     text = metadata_text("jax_cuda12_plugin-0.12.0.1-")
-    cudnn_floor = re.search(r"nvidia-cudnn-cu12[^;]*>=([\d.]+)", text).group(1)
+    cudnn_floor = _search(r"nvidia-cudnn-cu12[^;]*>=([\d.]+)", text).group(1)
 
     def row(cudnn: str | None) -> Matrix:
         return Matrix(

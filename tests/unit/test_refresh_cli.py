@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from envbuild import api, pypi
+from envbuild import pypi
+from envbuild.app import matrix as matrix_use_case
 from envbuild.cli import cli
 from envbuild.errors import SourceUnreachableError
 from envbuild.matrix import collect, read_matrix_files
@@ -69,7 +70,7 @@ def matrix_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def refresh(
     *, dry_run: bool = False, sources: tuple[str, ...] = ("pypi", "pytorch-index", "registry")
 ) -> RefreshResult:
-    return api.matrix_refresh(
+    return matrix_use_case.refresh_matrix(
         sources=sources, frameworks=("torch",), dry_run=dry_run, today="2026-11-30"
     )
 

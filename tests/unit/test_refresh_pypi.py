@@ -196,11 +196,14 @@ def test_docker_hub_tags_follow_next(tmp_path: Path) -> None:
 
 def test_session_retries_idempotent_requests() -> None:
     session = pypi.make_session()
-    retry = session.get_adapter("https://pypi.org/").max_retries
+    adapter = session.get_adapter("https://pypi.org/")
+    assert isinstance(adapter, requests.adapters.HTTPAdapter)
+    retry = adapter.max_retries
     assert retry.total == 3 and retry.backoff_factor > 0
     assert {429, 500, 502, 503, 504} <= set(retry.status_forcelist)
+    assert retry.allowed_methods is not None
     assert "GET" in retry.allowed_methods and "POST" not in retry.allowed_methods
-    assert session.headers["User-Agent"].startswith("envbuild/")
+    assert str(session.headers["User-Agent"]).startswith("envbuild/")
 
 
 def test_cache_dir_follows_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from envbuild import render
+from envbuild.lockfile import lock_sha256
 from envbuild.matrix import Matrix
 from envbuild.models import LockedPackage
 from tests.golden import fixtures
@@ -83,6 +84,6 @@ def test_cpu_context_builds_on_the_classic_builder(base_image: str, tmp_path: Pa
         out = _docker("run", "--rm", "--network", "none", tag, "bash", "-c", script).split()
         assert out == ["1000", "/opt/venv/bin/python", "1.17.0", "kept", "0"]
         labels = _docker("image", "inspect", "--format", "{{json .Config.Labels}}", tag)
-        assert render.lock_sha256("lock text\n") in labels
+        assert lock_sha256("lock text\n") in labels
     finally:
         _docker("rmi", "--force", tag, check=False)

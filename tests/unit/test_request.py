@@ -101,7 +101,7 @@ BAD: list[tuple[str, str, str]] = [
     ('[framework]\nrequirement = "torch>>2"\n', "not a valid requirement", "PEP 508"),
     ('[framework]\nrequirement = "torch @ https://x/t.whl"\n', "direct URL", "range"),
     ('[framework]\nrequirement = "torch"\ncuda = "twelve"\n', "not a version range", "12.8"),
-    ('[framework]\nrequirement = "torch"\n[image]\npython = "3"\n', "Python minor", "3.12"),
+    ('[framework]\nrequirement = "torch"\n[image]\npython = "3"\n', "not a version like", "3.12"),
     ('[framework]\nrequirement = "torch"\n[image]\npython = 3.12\n', "got a float", "quoted"),
     ('[framework]\nrequirement = "torch"\n[image]\nflavour = "slim"\n', "not one of", "plain"),
     ('[framework]\nrequirement = "torch"\n[image]\ndevice = "gpu"\n', "not one of", "cuda"),
@@ -172,7 +172,7 @@ BAD: list[tuple[str, str, str]] = [
     ),
     (
         '[framework]\nrequirement = "torch"\n[targets]\ndriver = "r570"\n',
-        "not a driver version",
+        "driver version 'r570' is not a version",
         "570.124.06",
     ),
     ('[framework]\nrequirement = "torch"\n[targets]\ncompat = "loose"\n', "not one of", "minor"),

@@ -1,6 +1,6 @@
 """Rules of the pure resolver, on a small in-memory matrix built from the row dataclasses.
 
-The rows copy facts from ../shared/reference/compat-facts.md (sections cited per row group);
+The rows copy published facts (the public source cited per row group);
 they are a fixture for the rules, not the shipped matrix (that one is tested through
 tests/cases/resolve/*.toml in test_resolver_cases.py).
 """
@@ -8,6 +8,8 @@ tests/cases/resolve/*.toml in test_resolver_cases.py).
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -26,6 +28,7 @@ from envbuild.matrix import (
     OsImage,
 )
 from envbuild.models import Host, HostGpu, Request, Stack, Targets, Unsatisfiable
+from envbuild.request import check_request
 from envbuild.resolver import (
     parse_gpu,
     resolve,
@@ -34,9 +37,10 @@ from envbuild.resolver import (
     sort_archs,
 )
 
-SRC = "compat-facts.md (test fixture)"
+SRC = "https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/ (test fixture)"
 
-# compat-facts.md 1b (Table 3) and 1a (MVC floors).
+# CUDA release notes Table 3 (https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/) and the
+# MVC floors (https://docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility.html).
 CUDA = (
     CudaRelease("11.8.0", "520.61.05", "450.80.02", SRC),
     CudaRelease("12.0.0", "525.60.13", "525.60.13", SRC),
@@ -50,7 +54,8 @@ CUDA = (
     CudaRelease("13.0.2", "580.95.05", "580", SRC),
     CudaRelease("13.2.0", "595.45.04", "580", SRC),
 )
-# compat-facts.md section 2.
+# https://developer.nvidia.com/cuda-gpus; first/last CUDA from `ptxas --help` of the PyPI
+# nvidia-cuda-nvcc wheels.
 ARCHS = (
     Arch("7.0", "sm_70", "Volta", ("Tesla V100", "V100", "TITAN V"), None, "12.9", SRC),
     Arch("7.5", "sm_75", "Turing", ("Tesla T4", "T4", "GeForce RTX 2080"), "10.0", None, SRC),
@@ -68,7 +73,9 @@ NEW = ("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120", "compute_120")
 PT = "https://download.pytorch.org/whl/"
 
 
-def _torch(versions: str, variant: str, cuda: str | None, archs: tuple[str, ...], *, default=False):
+def _torch(
+    versions: str, variant: str, cuda: str | None, archs: tuple[str, ...], *, default: bool = False
+) -> FrameworkBuild:
     return FrameworkBuild(
         framework="torch",
         versions=versions,
@@ -84,7 +91,8 @@ def _torch(versions: str, variant: str, cuda: str | None, archs: tuple[str, ...]
     )
 
 
-# compat-facts.md 3b/3c (arch lists simplified where the reference has none: fixture only).
+# PyPI metadata and pytorch/pytorch RELEASE.md (https://github.com/pytorch/pytorch/blob/main/RELEASE.md);
+# arch lists simplified where it lists none: fixture only.
 RELEASES = (
     FrameworkRelease("torch", "2.6.0", ">=3.9,<3.14", SRC),
     FrameworkRelease("torch", "2.7.1", ">=3.9,<3.14", SRC),
@@ -163,7 +171,7 @@ def _img(cuda: str, oses: tuple[str, ...], brands: tuple[int, ...]) -> CudaImage
     )
 
 
-# compat-facts.md section 7.
+# nvidia/cuda supported tags (https://gitlab.com/nvidia/container-images/cuda).
 IMAGES = (
     _img("12.4.1", ("ubuntu22.04",), (470, 525, 535)),
     _img("12.5.1", ("ubuntu22.04", "ubuntu24.04"), (470, 535, 550)),
@@ -188,7 +196,12 @@ M = Matrix(
 )
 
 
-def req(framework: str = "torch", gpus=(), driver=None, **kw) -> Request:
+def req(
+    framework: str = "torch",
+    gpus: Sequence[str] = (),
+    driver: str | None = None,
+    **kw: Any,
+) -> Request:
     return Request(framework=framework, targets=Targets(gpus=tuple(gpus), driver=driver), **kw)
 
 
@@ -283,7 +296,9 @@ def test_unknown_gpu_is_a_user_error_with_a_next_step(text: str) -> None:
         (req("torch", ["H100"], driver="five-three-five"), "not a version"),
         (req("torch", cuda="twelve"), "not a version range"),
         (req("torch", python="3"), "not a version like"),
-        (req("torch", os="windows"), "unknown OS"),
+        (req("torch", os="windows11"), "unknown OS"),
+        (req("torch", os="windows"), "not an OS name"),
+        (req("torch", ["H100"], device="cpu"), "GPUs are listed"),
         (req("torch", flavour="fat"), "unknown flavour"),
         (req("jax[cuda99]"), "no variant"),
         (req("torch", os="ubuntu22.04", python="3.12"), "ships Python 3.10"),
@@ -291,8 +306,9 @@ def test_unknown_gpu_is_a_user_error_with_a_next_step(text: str) -> None:
     ],
 )
 def test_bad_input_raises_user_error(request_: Request, words: str) -> None:
+    # As the CLI does it: the one request validator, then the resolver (matrix checks).
     with pytest.raises(UserError) as err:
-        resolve(request_, M)
+        resolve(check_request(request_), M)
     assert words in err.value.message
     assert err.value.hint
 
@@ -545,7 +561,9 @@ DRIVERS += ["580.65.06", "595.45.04", None]  # type: ignore[list-item]
     framework=st.sampled_from(["torch", "torch==2.8.*", "torch>=2.14", "tensorflow", "jax"]),
     strict=st.booleans(),
 )
-def test_every_stack_runs_on_every_target(gpus, driver, framework, strict) -> None:
+def test_every_stack_runs_on_every_target(
+    gpus: list[str], driver: str | None, framework: str, strict: bool
+) -> None:
     from packaging.version import Version
 
     from envbuild.archs import coverage
@@ -575,7 +593,7 @@ def test_resolve_is_fast_on_the_fixture() -> None:
 
 
 def test_renamed_arch_is_covered_by_either_name() -> None:
-    # Thor is sm_101 in CUDA 12.8/12.9 numbering and sm_110 from CUDA 13.0 (compat-facts.md 2).
+    # Thor is sm_101 in CUDA 12.8/12.9 numbering and sm_110 from CUDA 13.0 (nvCOMPDx/cuRANDDx release notes).
     thor = Arch("10.1", "sm_101", "Blackwell", ("Thor",), "12.8", "12.9", SRC, renamed_to="sm_110")
     cu130 = FrameworkBuild(**{**BUILDS[8].__dict__, "archs": ("sm_90", "sm_110")})
     m = Matrix(**{**M.__dict__, "archs": (*ARCHS, thor), "builds": (cu130,)})
@@ -584,7 +602,7 @@ def test_renamed_arch_is_covered_by_either_name() -> None:
 
 
 def test_unpublished_image_tags_are_not_used() -> None:
-    # NVIDIA publishes no cudnn image for some CUDA/OS pairs (compat-facts.md section 7).
+    # NVIDIA publishes no cudnn image for some CUDA/OS pairs (https://gitlab.com/nvidia/container-images/cuda doc/supported-tags.md).
     imgs = tuple(CudaImage(**{**i.__dict__, "missing": ("cudnn-ubuntu24.04",)}) for i in IMAGES)
     m = Matrix(**{**M.__dict__, "cuda_images": imgs})
     u = no(resolve(req("torch==2.8.*", ["H100"], flavour="cudnn", os="ubuntu24.04"), m))
@@ -602,5 +620,7 @@ def test_unpublished_image_tags_are_not_used() -> None:
         ("compute_80", (8, 7), "ptx"),  # PTX still JITs
     ],
 )
-def test_tegra_has_no_cubin_compatibility(arch: str, cc: tuple[int, int], expected) -> None:
+def test_tegra_has_no_cubin_compatibility(
+    arch: str, cc: tuple[int, int], expected: str | None
+) -> None:
     assert covers(arch, cc, frozenset({(8, 7)})) == expected

@@ -19,6 +19,10 @@ Each case file holds one case:
     reasons = ["substring", ...]       # (ok = false) each must appear in some reason
     alternatives = ["substring", ...]  # each must appear in some alternative
     notes = ["substring", ...]         # (ok = true) each must appear in some note
+    cudnn = ">=9.10,<9.11"             # a specifier on the planned cuDNN
+    cudnn_requirement = "nvidia-cudnn-cu12==9.10.2.21"   # the pin the lock must add
+    confidence = "low"                 # the pick's confidence (lowest of its rows)
+    error = "substring"                # input refused outright (exit 2): in message or hint
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from hypothesis import strategies as st
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from envbuild.errors import UserError
 from envbuild.models import Stack, Unsatisfiable
 
 if sys.version_info >= (3, 11):
@@ -44,6 +49,7 @@ CASES = sorted((Path(__file__).parent.parent / "cases" / "resolve").glob("*.toml
 
 
 REQUEST_KEYS = {"framework", "gpus", "driver", "python", "os", "cuda", "flavour", "cpu", "strict"}
+REQUEST_KEYS |= {"platform"}
 EXPECT_KEYS = {
     "ok",
     "version",
@@ -58,6 +64,10 @@ EXPECT_KEYS = {
     "reasons",
     "alternatives",
     "notes",
+    "cudnn",
+    "cudnn_requirement",
+    "confidence",
+    "error",
 }
 
 
@@ -79,12 +89,25 @@ def test_there_are_cases_and_each_cites_its_fact() -> None:
 
 @pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])
 def test_case(path: Path) -> None:
-    from envbuild import api
     from envbuild.resolver import result_to_text
 
     case = _load(path)
     rq, ex = case["request"], case["expect"]
-    result = api.resolve(
+    if "error" in ex:
+        # Input the matrix refuses outright (exit 2): the message names the problem.
+        with pytest.raises(UserError) as caught:
+            _resolve(rq)
+        assert ex["error"] in caught.value.message + " " + caught.value.hint
+        return
+    result = _resolve(rq)
+    shown = "\n".join(result_to_text(result))
+    _check_expectations(ex, result, shown)
+
+
+def _resolve(rq: dict[str, Any]) -> Stack | Unsatisfiable:
+    from envbuild.app import resolve as resolve_use_case
+
+    return resolve_use_case.resolve(
         framework=rq.get("framework", "torch"),
         gpus=tuple(rq.get("gpus", ())),
         driver=rq.get("driver"),
@@ -94,8 +117,11 @@ def test_case(path: Path) -> None:
         flavour=rq.get("flavour", "auto"),
         cpu=rq.get("cpu", False),
         strict_compat=rq.get("strict", False),
+        platform=rq.get("platform", "x86_64"),
     )
-    shown = "\n".join(result_to_text(result))
+
+
+def _check_expectations(ex: dict[str, Any], result: Stack | Unsatisfiable, shown: str) -> None:
     if not ex["ok"]:
         assert isinstance(result, Unsatisfiable), f"expected nothing to fit, got:\n{shown}"
         for want in ex.get("reasons", ()):
@@ -122,6 +148,12 @@ def test_case(path: Path) -> None:
         assert list(s.target_archs) == ex["target_archs"], shown
     for want in ex.get("notes", ()):
         assert any(want in n for n in s.notes), f"{want!r} not in:\n{shown}"
+    if "cudnn" in ex:
+        assert s.cudnn is not None and Version(s.cudnn) in SpecifierSet(ex["cudnn"]), shown
+    if "cudnn_requirement" in ex:
+        assert s.cudnn_requirement == ex["cudnn_requirement"], shown
+    if "confidence" in ex:
+        assert s.confidence == ex["confidence"], shown
 
 
 # --- properties over the shipped matrix -------------------------------------------------------
@@ -140,15 +172,24 @@ DRIVERS += ["570.124.06", "575.57.08", "580.65.06", "590.48.01"]
     framework=st.sampled_from(["torch", "torch>=2.9", "torch==2.4.*", "tensorflow", "jax"]),
     strict=st.booleans(),
 )
-def test_every_stack_runs_on_every_target(gpus, driver, framework, strict) -> None:
-    from envbuild import api
+def test_every_stack_runs_on_every_target(
+    gpus: list[str], driver: str | None, framework: str, strict: bool
+) -> None:
+    from envbuild.app import resolve as resolve_use_case
     from envbuild.archs import coverage
     from envbuild.matrix import load_matrix
     from envbuild.resolver import parse_gpu
 
     m = load_matrix()
-    result = api.resolve(
-        framework=framework, gpus=gpus, driver=driver, strict_compat=strict, matrix=m
+    # GB10 (DGX Spark) comes only in Arm hosts: its images are aarch64 ones.
+    platform = "aarch64" if "GB10" in gpus else "x86_64"
+    result = resolve_use_case.resolve(
+        framework=framework,
+        gpus=gpus,
+        driver=driver,
+        strict_compat=strict,
+        matrix=m,
+        platform=platform,
     )
     if isinstance(result, Unsatisfiable):
         assert result.reasons and all(result.reasons)

@@ -17,7 +17,8 @@ import pytest
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from envbuild import api, lockfile
+from envbuild import lockfile
+from envbuild.app import resolve as resolve_use_case
 from envbuild.matrix import Matrix, load_matrix
 from envbuild.models import Stack
 
@@ -142,7 +143,7 @@ def test_tensorflow_tested_build_configuration(
         spec = SpecifierSet(r.python)
         assert low in spec and high in spec and _next_minor(high) not in spec, r.version
     # And the resolver picks that configuration when asked for the series.
-    stack = api.resolve(framework=f"tensorflow=={series}.*", gpus=("A100",), matrix=matrix)
+    stack = resolve_use_case.resolve(framework=f"tensorflow=={series}.*", gpus=("A100",), matrix=matrix)
     assert isinstance(stack, Stack)
     assert stack.cuda is not None and Version(stack.cuda).release[:2] == Version(cuda).release[:2]
 
@@ -151,7 +152,7 @@ def test_tensorflow_tested_build_configuration(
 
 
 def test_compile_extensions_builder_round_trips_through_the_lock(matrix: Matrix) -> None:
-    stack = api.resolve(
+    stack = resolve_use_case.resolve(
         framework="torch==2.10.*", gpus=("H100",), compile_extensions=True, matrix=matrix
     )
     assert isinstance(stack, Stack)

@@ -273,7 +273,14 @@ def test_committed_h200_reports_parse_and_pass(path: Path) -> None:
     again = smoke.parse_report(ck.report_line(report))
     cpu_run = "allow-cpu" in path.name  # CUDA_VISIBLE_DEVICES="" with --allow-cpu
     plan = copy.deepcopy(PLAN)
-    plan.update(framework=report["framework"], expect={}, tier=report["tier"], allow_cpu=cpu_run)
+    plan.update(
+        {
+            "framework": report["framework"],
+            "expect": {},
+            "tier": report["tier"],
+            "allow_cpu": cpu_run,
+        }
+    )
     verdict = smoke.evaluate(again, plan)
     assert verdict.ok, verdict.summary
     assert report["device"] == ("cpu" if cpu_run else "cuda")

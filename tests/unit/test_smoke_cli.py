@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from envbuild import api
+from envbuild.app import smoke as smoke_use_case
 from envbuild.cli import cli
 from envbuild.errors import SmokeFailed
 
@@ -74,10 +74,10 @@ def test_a_payload_that_prints_no_report_is_smoke_failed(tmp_path: Path) -> None
     false = shutil.which("false")
     assert false is not None
     with pytest.raises(SmokeFailed, match="without a report") as info:
-        api.smoke(plan_file=_plan(tmp_path), python=false)
+        smoke_use_case.run(plan_file=_plan(tmp_path), python=false)
     assert info.value.exit_code == 6
 
 
 def test_a_missing_interpreter_is_smoke_failed(tmp_path: Path) -> None:
     with pytest.raises(SmokeFailed, match="cannot start"):
-        api.smoke(plan_file=_plan(tmp_path), python=str(tmp_path / "no-python"))
+        smoke_use_case.run(plan_file=_plan(tmp_path), python=str(tmp_path / "no-python"))

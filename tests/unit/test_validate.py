@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from envbuild import reports
 from envbuild import validate as v
+from envbuild.fleet import fleet_view, unique_host_names
 from envbuild.hostinfo import host_from_facts
 from envbuild.models import (
     BaseImage,
@@ -194,8 +197,15 @@ def statuses(pf: v.Preflight) -> dict[str, str]:
 def test_cu128_lock_runs_on_recorded_h200() -> None:
     pf = v.preflight(make_lock(), host("h200-healthy"), facts=facts("h200-healthy"))
     assert pf.ok
-    assert statuses(pf) == {"driver-floor": "pass", "gpu0-arch": "pass", "require-cuda": "pass"}
+    assert statuses(pf) == {
+        "driver-floor": "pass",
+        "gpu0-arch": "pass",
+        "require-cuda": "pass",
+        "shm": "pass",
+        "memory": "pass",
+    }
     assert "full feature set" in pf.checks[0].detail
+    assert pf.verdict is not None and pf.verdict.outcome == "runs"
 
 
 def test_old_driver_fails_the_floor_with_a_next_step() -> None:
@@ -204,8 +214,11 @@ def test_old_driver_fails_the_floor_with_a_next_step() -> None:
     floor = next(c for c in pf.checks if c.name == "driver-floor")
     assert floor.status == "fail"
     assert "470.82.01 < 525.60.13" in floor.detail
-    assert "525.60.13" in floor.next_step and "envbuild lock images/torch-train" in floor.next_step
+    assert floor.next_step == "upgrade the host driver to >= 525.60.13"
     assert statuses(pf)["require-cuda"] == "fail"
+    # The one fix: 525.60.13 alone would leave NVIDIA_REQUIRE_CUDA unproven (no matrix here to
+    # tell the CUDA version of that driver), so the toolkit's own floor.
+    assert pf.verdict is not None and pf.verdict.fix == "upgrade the host driver to >= 570.26"
 
 
 def test_minor_version_compat_passes_with_limited_features() -> None:
@@ -216,9 +229,11 @@ def test_minor_version_compat_passes_with_limited_features() -> None:
 
 
 def test_strict_lock_needs_the_toolkit_floor() -> None:
-    lock = make_lock(relied_on="toolkit")
+    lock = replace(make_lock(), compat="strict")
     pf = v.preflight(lock, host("small-shm"))
     assert statuses(pf)["driver-floor"] == "fail"
+    # A lock that relies on its toolkit floor but allows minor-version compatibility does not.
+    assert v.preflight(make_lock(relied_on="toolkit"), host("small-shm")).ok
 
 
 def test_ptx_only_needs_the_toolkit_floor() -> None:
@@ -245,7 +260,8 @@ def test_mismatch_host_fails_with_reboot_not_rebuild() -> None:
     nvml = pf.checks[0]
     assert (nvml.name, nvml.status) == ("nvml", "fail")
     assert "reboot" in nvml.next_step and "do not rebuild" in nvml.next_step
-    assert statuses(pf) == {"nvml": "fail"}  # nothing else is worth saying until NVML works
+    # Nothing about the lock is worth saying until NVML works; the host's /dev/shm still is.
+    assert statuses(pf) == {"nvml": "fail", "shm": "pass"}
 
 
 def test_cpu_lock_runs_anywhere() -> None:
@@ -276,7 +292,7 @@ FLEET = ("h200-healthy", "old-driver", "mismatch", "no-toolkit", "small-shm")
 def test_fleet_view_matrix() -> None:
     hosts = [(host(n), facts(n)) for n in FLEET]
     cu13 = make_lock(name="cu13", cuda="13.0.0", toolkit="580.65.06", minor_compat="580")
-    view = v.fleet_view([("cu128", make_lock()), ("cu13", cu13)], hosts)
+    view = fleet_view([("cu128", make_lock()), ("cu13", cu13)], hosts)
     runs = {(r.lock, r.host): r.ok for r in view.results}
     assert runs == {
         ("cu128", "vm"): True,
@@ -297,49 +313,19 @@ def test_fleet_view_matrix() -> None:
 
 
 def test_duplicate_host_names_are_made_unique() -> None:
-    assert v.unique_host_names(["a", "b", "a", ""]) == ["a", "b", "a#2", "host4"]
+    assert unique_host_names(["a", "b", "a", ""]) == ["a", "b", "a#2", "host4"]
 
 
 # --- Kubernetes Job ------------------------------------------------------------------------------
 
 
-def test_k8s_job_parses_and_requests_gpus_and_a_deadline() -> None:
-    job = v.k8s_job(
-        image="registry.example.com/team/torch:1a2b3c",
-        name="torch-train",
-        gpus_per_pod=8,
-        pods=3,
-        smoke_timeout_s=900,
-    )
-    doc = yaml.safe_load(v.to_yaml(job))
-    assert doc == job  # the emitter loses nothing
-    assert (doc["apiVersion"], doc["kind"]) == ("batch/v1", "Job")
-    spec = doc["spec"]
-    assert spec["activeDeadlineSeconds"] == 900 + v.PULL_MARGIN_S
-    assert spec["backoffLimit"] == 0
-    assert spec["completions"] == spec["parallelism"] == 3
-    pod = spec["template"]["spec"]
-    assert pod["restartPolicy"] == "Never"
-    (container,) = pod["containers"]
-    assert container["resources"]["limits"]["nvidia.com/gpu"] == 8
-    assert container["image"] == "registry.example.com/team/torch:1a2b3c"
-    assert container["command"] == [
-        "python",
-        "/opt/envbuild/payload",
-        "--plan",
-        "/opt/envbuild/plan.json",
-    ]
-    assert {"name": "dshm", "mountPath": "/dev/shm"} in container["volumeMounts"]
-    assert doc["metadata"]["name"] == "envbuild-validate-torch-train"
-
-
 def test_yaml_emitter_keeps_tricky_strings_strings() -> None:
     data = {"a": ["yes", "no", "0755", "1.0", ": x", "#c", "null", "", "é"], "b": {}, "c": []}
-    assert yaml.safe_load(v.to_yaml(data)) == data
+    assert yaml.safe_load(reports.to_yaml(data)) == data
 
 
 def test_k8s_name_is_a_dns_label() -> None:
-    name = v.k8s_name("Torch_Train/" + "x" * 80)
+    name = reports.k8s_name("Torch_Train/" + "x" * 80)
     assert len(name) <= 63 and name == name.lower() and not name.endswith("-")
     assert set(name) <= set("abcdefghijklmnopqrstuvwxyz0123456789-")
 
@@ -350,7 +336,7 @@ def test_k8s_name_is_a_dns_label() -> None:
 def test_junit_one_testcase_per_check() -> None:
     pf = v.preflight(make_lock(), host("old-driver"), facts=facts("old-driver"))
     smoke = (v.Check("smoke", "skip", "not run: the pre-flight failed"),)
-    text = v.junit_xml([("envbuild.validate.torch-train", pf.checks + smoke)])
+    text = reports.junit_xml([("envbuild.validate.torch-train", pf.checks + smoke)])
     root = ET.fromstring(text.split("\n", 1)[1])
     (suite,) = root.findall("testsuite")
     cases = suite.findall("testcase")
@@ -361,7 +347,7 @@ def test_junit_one_testcase_per_check() -> None:
     failure = cases[0].find("failure")
     assert failure is not None and failure.get("message") == pf.checks[0].detail
     assert "next:" in (failure.text or "")
-    assert v.junit_xml([("s", pf.checks)]) == v.junit_xml([("s", pf.checks)])  # deterministic
+    assert reports.junit_xml([("s", pf.checks)]) == reports.junit_xml([("s", pf.checks)])  # deterministic
 
 
 def test_smoke_checks_from_a_report() -> None:
@@ -387,4 +373,4 @@ def test_a_lost_gpu_blocks_the_host() -> None:
     f = facts("h200-healthy")
     f["gpus"].append({"index": 1, "error": "GpuIsLost"})
     pf = v.preflight(make_lock(), host_from_facts(f), facts=f)
-    assert [(c.name, c.status) for c in pf.checks] == [("gpu1", "fail")]
+    assert [(c.name, c.status) for c in pf.checks] == [("gpu1", "fail"), ("shm", "pass")]

@@ -13,10 +13,11 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from envbuild import api
+from envbuild.app import validate as validate_use_case
 from envbuild.cli import cli
 from envbuild.engine import RunResult, RunSpec
 from envbuild.errors import UserError
+from envbuild.gpu_attach import Attachment
 from envbuild.lockfile import dumps
 from envbuild.models import Lock
 from tests.unit.test_validate import HOSTS, make_lock
@@ -72,8 +73,9 @@ class FakeEngine:
     def image_labels(self, ref: str) -> dict[str, str]:
         return dict(self.labels)
 
-    def has_nvidia_runtime(self) -> bool:
-        return self.nvidia
+    def gpu_attach(self, *, want: str = "auto", devices: tuple[str, ...] = ("all",)) -> Attachment:
+        way = "cdi" if self.nvidia else "none"
+        return Attachment(way, devices, "auto", "fake engine")  # type: ignore[arg-type]
 
     def run(self, spec: RunSpec) -> RunResult:
         self.runs.append(spec)
@@ -94,6 +96,12 @@ class FakeEngine:
     def containers(self, label: str) -> list[str]:
         return []
 
+    def push(self, image: str, ref: str, *, progress: Any) -> str:
+        raise AssertionError("validate never pushes")
+
+    def save(self, ref: str, dest: Path) -> int:
+        raise AssertionError("validate never saves")
+
 
 # --- a folder ------------------------------------------------------------------------------------
 
@@ -104,9 +112,12 @@ status  check         detail
 pass    driver-floor  driver 580.159.04 >= 570.26, the CUDA 12.8.0 toolkit's own floor (full feature set)
 pass    gpu0-arch     GPU 0 NVIDIA H200 (cc 9.0): cubin sm_90
 pass    require-cuda  NVIDIA_REQUIRE_CUDA='cuda>=12.0' holds
+pass    shm           host /dev/shm is 131072 MiB (>= 1024 MiB)
+pass    memory        every GPU has >= 4096 MiB (free memory not recorded)
+skip    engine        no container engine here: images cannot run on this host (`envbuild smoke` still checks the host's own Python stack)
 skip    smoke         a folder: pre-flight only
 
-verdict: pass
+verdict: runs: driver 580.159.04 reaches CUDA 12.8.0's own floor 570.26 and the build has code for every GPU
 """
 
 
@@ -156,7 +167,7 @@ def test_dir_without_lock_is_a_user_error(tmp_path: Path) -> None:
 
 def test_image_runs_smoke_after_a_passing_preflight() -> None:
     engine = FakeEngine(labels={"envbuild.lock": dumps(make_lock())}, stdout=report_line())
-    result = api.validate(
+    result = validate_use_case.validate(
         target="envbuild/torch-train:abc", facts_file=HOSTS / "h200-healthy.json", engine=engine
     )
     (spec,) = engine.runs
@@ -174,21 +185,21 @@ def test_image_smoke_failure_exit_6_with_hint() -> None:
         stdout=report_line(failing="loss-falling"),
         exit_code=1,
     )
-    result = api.validate(target="img", facts_file=HOSTS / "h200-healthy.json", engine=engine)
+    result = validate_use_case.validate(target="img", facts_file=HOSTS / "h200-healthy.json", engine=engine)
     assert result.exit_code == 6
     assert [c.name for c in result.checks if c.status == "fail"] == ["smoke:loss-falling", "smoke"]
 
 
 def test_image_without_report_is_a_failed_smoke() -> None:
     engine = FakeEngine(labels={"envbuild.lock": dumps(make_lock())}, stdout="Segmentation fault")
-    result = api.validate(target="img", facts_file=HOSTS / "h200-healthy.json", engine=engine)
+    result = validate_use_case.validate(target="img", facts_file=HOSTS / "h200-healthy.json", engine=engine)
     assert result.exit_code == 6
     assert "printed no report" in result.checks[-1].detail
 
 
 def test_image_preflight_failure_starts_nothing() -> None:
     engine = FakeEngine(labels={"envbuild.lock": dumps(make_lock())}, stdout=report_line())
-    result = api.validate(target="img", facts_file=HOSTS / "old-driver.json", engine=engine)
+    result = validate_use_case.validate(target="img", facts_file=HOSTS / "old-driver.json", engine=engine)
     assert engine.runs == []
     assert result.exit_code == 1
     assert result.checks[-1].status == "skip"
@@ -196,14 +207,14 @@ def test_image_preflight_failure_starts_nothing() -> None:
 
 def test_image_engine_without_gpu_runtime_fails_before_running() -> None:
     engine = FakeEngine(labels={"envbuild.lock": dumps(make_lock())}, nvidia=False)
-    result = api.validate(target="img", facts_file=HOSTS / "h200-healthy.json", engine=engine)
+    result = validate_use_case.validate(target="img", facts_file=HOSTS / "h200-healthy.json", engine=engine)
     assert engine.runs == []
     assert result.checks[-1].name == "engine-gpu" and result.checks[-1].status == "fail"
 
 
 def test_image_not_built_by_envbuild() -> None:
     with pytest.raises(UserError, match=r"carries no envbuild\.lock label"):
-        api.validate(
+        validate_use_case.validate(
             target="busybox", facts_file=HOSTS / "h200-healthy.json", engine=FakeEngine({})
         )
 
@@ -221,9 +232,11 @@ def hosts_file(tmp_path: Path) -> Path:
 FLEET_TABLE_HEAD = """\
 lock                vm   a100-old          h100-upgraded  h100-fresh        l4-node
 images/cu13         yes  no: driver-floor  no: nvml       no: driver-floor  no: driver-floor
-images/torch-train  yes  no: driver-floor  no: nvml       yes               yes
+images/torch-train  yes  no: driver-floor  no: nvml       yes               yes (minor compat)
 
-why not:
+images/cu13 on a100-old:
+  does not run: driver 470.82.01 < 580, the minor-version-compatibility floor of CUDA 13.0.0 (it supports CUDA 11.4)
+    fix: upgrade the host driver to >= 580.65.06 (CUDA 13.0)
 """
 
 
@@ -235,7 +248,10 @@ def test_fleet_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     res = CliRunner().invoke(cli, ["validate", "--hosts", str(hosts_file(tmp_path))])
     assert res.exit_code == 1
     assert res.output.startswith(FLEET_TABLE_HEAD)
-    assert "images/cu13 on l4-node: driver 550.127.05 < 580" in res.output
+    assert (
+        "images/cu13 on l4-node:\n  does not run: driver 550.127.05 < 580, the minor-version-"
+        "compatibility floor of CUDA 13.0.0"
+    ) in res.output
 
 
 def test_fleet_k8s_job(tmp_path: Path) -> None:
@@ -261,13 +277,19 @@ def test_fleet_k8s_job(tmp_path: Path) -> None:
     )
     assert res.exit_code == 1  # a100-old and h100-upgraded cannot run it
     assert json.loads(res.output)["k8s_job"] == str(out)
-    job = yaml.safe_load(out.read_text())
-    spec = job["spec"]
-    assert spec["completions"] == 3  # vm, h100-fresh, l4-node pass the pre-flight
-    assert spec["activeDeadlineSeconds"] == 900 + 600
-    container = spec["template"]["spec"]["containers"][0]
-    assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
-    assert container["image"] == "registry.example.com/ml/torch:1"
+    jobs = list(yaml.safe_load_all(out.read_text()))
+    # vm, h100-fresh and l4-node pass the pre-flight: one Job each, pinned to that node.
+    assert [j["metadata"]["annotations"]["envbuild.node"] for j in jobs] == [
+        "vm",
+        "h100-fresh",
+        "l4-node",
+    ]
+    for job in jobs:
+        spec = job["spec"]
+        assert spec["activeDeadlineSeconds"] == 900 + 600
+        container = spec["template"]["spec"]["containers"][0]
+        assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
+        assert container["image"] == "registry.example.com/ml/torch:1"
     suites = ET.parse(junit).getroot().findall("testsuite")
     assert len(suites) == len(FLEET)
 
@@ -295,7 +317,7 @@ def test_target_and_hosts_together_is_a_user_error(tmp_path: Path) -> None:
 
 
 def test_k8s_job_from_a_recorded_doctor_report(tmp_path: Path) -> None:
-    # The 2 x H200 report (doctor --json: facts + findings) as the fleet: one pod, 2 GPUs.
+    # The 2 x H200 report (doctor --json: facts + findings) as the fleet: one Job, 2 GPUs.
     folder = write_lock(tmp_path, "torch-train", make_lock())
     out = tmp_path / "job.yaml"
     res = CliRunner().invoke(
@@ -313,7 +335,7 @@ def test_k8s_job_from_a_recorded_doctor_report(tmp_path: Path) -> None:
         ],
     )
     assert res.exit_code == 0, res.output
-    spec = yaml.safe_load(out.read_text())["spec"]
-    assert spec["completions"] == 1
+    (job,) = yaml.safe_load_all(out.read_text())
+    spec = job["spec"]
     limits = spec["template"]["spec"]["containers"][0]["resources"]["limits"]
     assert limits == {"nvidia.com/gpu": 2}

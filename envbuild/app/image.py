@@ -1,0 +1,227 @@
+"""The `envbuild image` use case: fresh lock -> build context -> build -> smoke in the
+container -> tag only on pass (`envbuild.build` does the engine part over any engine).
+
+Never re-resolves: a stale lock stops here with the command to run (StaleLockError). Raises
+GpuUnavailableError (7) before building when a GPU image cannot get a GPU, BuildError (5) /
+DiskFullError (3) / EngineError (4) from the engine, SmokeFailed (6); after a pass,
+`--save` writes a docker-archive and `--push` pushes (RegistryError (8) when the registry
+refuses: the image stays tagged here).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from envbuild import matrix as matrix_data
+from envbuild import smoke
+from envbuild.app import inputs
+from envbuild.build import (
+    ImageJob,
+    ImageOutcome,
+    Judge,
+    build_and_verify,
+    default_tag,
+    shm_mib_for,
+)
+from envbuild.engine import ContainerEngine, RunResult
+from envbuild.errors import RegistryError, UserError
+from envbuild.gpu_attach import GpuChoice
+from envbuild.lockfile import lock_sha256
+from envbuild.models import Lock
+from envbuild.payload.smoke_checks import SmokePlan
+from envbuild.registry import split_tag
+from envbuild.render import (
+    CA_CONTEXT_PATH,
+    CA_SECRET_ID,
+    BuildInputs,
+    build_context,
+    render_options,
+)
+
+# docker/distribution reference grammar (reference/regexp.go), simplified to one expression:
+# [host[:port]/]path-component(/path-component)*[:tag]; lowercase path; tag <= 128 chars.
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_REF_RE = re.compile(
+    # A registry host has a dot or a port, or is localhost (docker's splitDockerDomain).
+    r"(?:(?:localhost|[a-zA-Z0-9-]+(?:\.[a-zA-Z0-9-]+)+)(?::[0-9]+)?/|[a-zA-Z0-9-]+:[0-9]+/)?"
+    rf"{_COMPONENT}(?:/{_COMPONENT})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?"
+)
+
+
+@dataclass(frozen=True)
+class ImageRequest:
+    """One `envbuild image` run's choices beyond the build inputs."""
+
+    tag: str | None = None
+    allow_cpu: bool = False
+    smoke_timeout: int | None = None
+    """Seconds before the smoke container is killed; None = the one smoke timeout rule."""
+    keep_failed: bool = False
+    push: str | None = None
+    """After a pass, push to this reference ("" = the tag); None = no push."""
+    save: Path | None = None
+    """After a pass, write the image as a docker-archive here; None = no archive."""
+    engine: str = "docker"
+    """"docker" (DOCKER_HOST) or "podman" (its Docker-compatible socket)."""
+    cache_from: tuple[str, ...] = ()
+    """BuildKit `--cache-from` specs, passed through (needs --buildkit)."""
+    cache_to: tuple[str, ...] = ()
+    """BuildKit `--cache-to` specs, passed through (needs --buildkit)."""
+    gpu: GpuChoice = field(default_factory=GpuChoice)
+    """How the smoke container gets its GPUs (`--gpu-attach`, `--gpu-devices`)."""
+
+
+def build_image(
+    *,
+    image_dir: Path,
+    request: ImageRequest | None = None,
+    build_inputs: BuildInputs | None = None,
+    progress: Callable[[str], None] | None = None,
+    engine: ContainerEngine | None = None,
+    matrix_overlay: Path | None = None,
+) -> ImageOutcome:
+    """`envbuild image DIR`: the tagged image that passed its smoke test, saved and pushed
+    when asked (only then: `build_and_verify` raises on every failure, so a failing image is
+    never pushed)."""
+    request = request or ImageRequest()
+    build_inputs = build_inputs or BuildInputs()
+    progress = progress or (lambda _: None)
+    job, judge = prepare(
+        image_dir=image_dir,
+        request=request,
+        build_inputs=build_inputs,
+        matrix_overlay=matrix_overlay,
+    )
+    if engine is None:
+        from envbuild.buildx_engine import BuildxOptions
+
+        buildx = BuildxOptions(
+            cache_from=request.cache_from,
+            cache_to=request.cache_to,
+            secrets={CA_SECRET_ID: CA_CONTEXT_PATH},
+        )
+        engine = inputs.make_engine(
+            buildkit=build_inputs.buildkit, engine=request.engine, buildx=buildx
+        )
+    outcome = build_and_verify(engine, job, judge=judge, progress=progress)
+    return deliver(engine, outcome, push=request.push, save=request.save, progress=progress)
+
+
+def deliver(
+    engine: ContainerEngine,
+    outcome: ImageOutcome,
+    *,
+    push: str | None,
+    save: Path | None,
+    progress: Callable[[str], None],
+) -> ImageOutcome:
+    """The passing image written as an archive, then pushed (a registry failure leaves the
+    archive for the HPC hand-off); the digest the registry stored is reported."""
+    saved: dict[str, Any] | None = None
+    if save is not None:
+        progress(f"saving {outcome.tag} to {save} (docker-archive)")
+        size = engine.save(outcome.tag, save)
+        saved = {"path": str(save), "bytes": size, "format": "docker-archive"}
+    pushed: dict[str, str] | None = None
+    if push is not None:
+        ref = push or outcome.tag
+        progress(f"pushing {ref}")
+        try:
+            digest = engine.push(outcome.image_id, ref, progress=progress)
+        except RegistryError as err:
+            err.fields.update(tag=outcome.tag, image_id=outcome.image_id, saved=saved)
+            raise
+        repo, _tag = split_tag(ref)
+        pushed = {"ref": ref, "digest": digest, "repo_digest": f"{repo}@{digest}"}
+    return replace(outcome, pushed=pushed, saved=saved)
+
+
+def check_tag(ref: str) -> str:
+    """Refuse a tag the engine would refuse, before a long build rather than after it."""
+    if not _REF_RE.fullmatch(ref) or len(ref) > 255:
+        raise UserError(
+            f"{ref!r} is not a valid image reference",
+            hint="use lowercase name[:tag], e.g. --tag registry.example.com/team/torch:1",
+        )
+    return ref
+
+
+def check_delivery(request: ImageRequest, *, buildkit: bool) -> None:
+    """Refuse --push/--save/--cache-* values before a long build rather than after it."""
+    if request.push:
+        check_tag(request.push)
+    if request.save is not None and request.save.is_dir():
+        raise UserError(
+            f"--save {request.save} is a folder",
+            hint="name the archive file, e.g. --save torch.tar",
+        )
+    if (request.cache_from or request.cache_to) and not buildkit:
+        raise UserError(
+            "--cache-from/--cache-to need --buildkit (they are BuildKit cache backends)",
+            hint="add --buildkit, or drop the cache options",
+        )
+
+
+def _tag_name(name: str) -> str:
+    cleaned = re.sub(r"[^a-z0-9._-]+", "-", name.lower()).strip("._-")
+    return cleaned or "image"
+
+
+def make_judge(plan: SmokePlan) -> Judge:
+    """The orchestration's judge: the container's stdout judged against `plan`."""
+
+    def judge(result: RunResult) -> smoke.SmokeJudgement:
+        return smoke.judge(result.stdout, plan)
+
+    return judge
+
+
+def needs_gpu(lock: Lock) -> bool:
+    """A GPU image: its stack has CUDA. A CPU stack's smoke test runs its CPU path, no flag."""
+    return lock.stack.cuda is not None
+
+
+def prepare(
+    *,
+    image_dir: Path,
+    request: ImageRequest,
+    build_inputs: BuildInputs,
+    matrix_overlay: Path | None = None,
+) -> tuple[ImageJob, Judge]:
+    """Everything the engine part needs, decided before the engine is touched."""
+    if request.tag is not None:
+        check_tag(request.tag)
+    check_delivery(request, buildkit=build_inputs.buildkit)
+    if request.smoke_timeout is not None and request.smoke_timeout < 1:
+        raise UserError("--smoke-timeout must be at least 1 second")
+    # The options a user typed are checked as `envbuild render` checks them, before the lock.
+    options = render_options(build_inputs)
+    _request, lock, lock_text = inputs.load_fresh_text(image_dir, matrix_overlay=matrix_overlay)
+    matrix = matrix_data.load_matrix_from(matrix_overlay)
+    sha = lock_sha256(lock_text)
+    context = build_context(lock, lock_text, image_dir=image_dir, options=options, matrix=matrix)
+    # A CPU image's plan allows the CPU without the flag (as render writes it into the image).
+    plan = smoke.plan(lock, allow_cpu=request.allow_cpu or not needs_gpu(lock), matrix=matrix)
+    min_shm = int(plan.get("min_shm_mib", lock.smoke.min_shm_mib) or lock.smoke.min_shm_mib)
+    locked_base = lock.stack.base_image.ref
+    name = lock.name or image_dir.name
+    job = ImageJob(
+        name=name,
+        context=context,
+        lock_text=lock_text,
+        lock_sha256=sha,
+        tag=request.tag or default_tag(_tag_name(name), sha),
+        needs_gpu=needs_gpu(lock),
+        allow_cpu=request.allow_cpu,
+        timeout_s=request.smoke_timeout or smoke.kill_after_s(lock.smoke.timeout_s),
+        shm_mib=shm_mib_for(min_shm),
+        locked_base_image=locked_base,
+        base_image=build_inputs.base_image or locked_base,
+        keep_failed=request.keep_failed,
+        gpu=request.gpu,
+    )
+    return job, make_judge(plan)

@@ -1,0 +1,117 @@
+"""What several use cases read the same way (thin I/O): a fresh lock, the lock of a folder,
+the locks in reach, this host's facts, and the container engine.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from envbuild import hostinfo
+from envbuild import matrix as matrix_data
+from envbuild.engine import ContainerEngine
+from envbuild.errors import UserError
+from envbuild.lockfile import check_fresh, loads, lock_path, read_lock_text
+from envbuild.models import Lock, Request
+from envbuild.request import load_request
+
+if TYPE_CHECKING:
+    from envbuild.buildx_engine import BuildxOptions
+
+
+def load_fresh_text(
+    image_dir: Path, *, matrix_overlay: Path | None = None
+) -> tuple[Request, Lock, str]:
+    """Request, lock and the lock text it checked, refusing a stale, edited or missing lock
+    (StaleLockError, exit 1, whose hint is the command to run). The Dockerfile, the build
+    context and the `envbuild.lock.sha256` label must come from these bytes, not from a second
+    read that a concurrent `envbuild lock` could have replaced in between."""
+    request = load_request(image_dir)
+    text = read_lock_text(image_dir)
+    matrix = matrix_data.load_matrix_from(matrix_overlay)
+    lock = check_fresh(request, text, matrix.fingerprints(), image_dir=image_dir)
+    assert text is not None  # check_fresh refuses a missing lock
+    return request, lock, text
+
+
+def load_fresh(image_dir: Path, *, matrix_overlay: Path | None = None) -> tuple[Request, Lock]:
+    """`load_fresh_text` without the text."""
+    request, lock, _text = load_fresh_text(image_dir, matrix_overlay=matrix_overlay)
+    return request, lock
+
+
+def read_lock_dir(image_dir: Path) -> tuple[str, Lock]:
+    """(label, lock) of an image folder's envbuild.lock; UserError when there is none."""
+    text = read_lock_text(image_dir)
+    if text is None:
+        raise UserError(
+            f"{image_dir} has no envbuild.lock",
+            hint=f"lock it first: envbuild lock {image_dir}",
+        )
+    return str(image_dir), loads(text, path=str(lock_path(image_dir)))
+
+
+def locks_in_reach(root: Path) -> list[tuple[str, Path]]:
+    """`./envbuild.lock` and `images/*/envbuild.lock` under `root`, sorted (doctor, fleet)."""
+    found = []
+    if (root / "envbuild.lock").is_file():
+        found.append((".", root))
+    for path in sorted((root / "images").glob("*/envbuild.lock")):
+        found.append((f"images/{path.parent.name}", path.parent))
+    return found
+
+
+def host_facts(facts_file: Path | None) -> dict[str, Any]:
+    """This host's facts: from a recorded file (ENVBUILD_HOST_FACTS, one host) when given,
+    else probed through NVML."""
+    if facts_file is None:
+        return hostinfo.probe_facts()
+    hosts = hostinfo.load_facts_file(facts_file)
+    if len(hosts) != 1:
+        raise UserError(
+            f"{facts_file} holds {len(hosts)} hosts; this command checks one",
+            hint="give a file with one host's facts, or check a fleet with "
+            f"`envbuild validate --hosts {facts_file}`",
+        )
+    return hosts[0]
+
+
+ENGINES = ("docker", "podman")
+
+
+def podman_socket() -> str:
+    """Podman's API socket: $CONTAINER_HOST, else the rootful or rootless default
+    (docs.podman.io/en/latest/markdown/podman-system-service.1.html)."""
+    if os.environ.get("CONTAINER_HOST"):
+        return os.environ["CONTAINER_HOST"]
+    if os.geteuid() == 0:
+        return "unix:///run/podman/podman.sock"
+    runtime = os.environ.get("XDG_RUNTIME_DIR") or f"/run/user/{os.getuid()}"
+    return f"unix://{runtime}/podman/podman.sock"
+
+
+def make_engine(
+    *, buildkit: bool, engine: str = "docker", buildx: BuildxOptions | None = None
+) -> ContainerEngine:
+    """The engine: Docker (docker-py over DOCKER_HOST), BuildKit through `docker buildx` when
+    asked, or Podman through its Docker-compatible API (`podman system service`).
+
+    Imported here, not at the top: only the engine modules import docker, and only the use
+    cases that start containers load them."""
+    from envbuild.docker_engine import DockerEngine
+
+    if engine not in ENGINES:
+        raise UserError(f"unknown engine {engine!r}", hint=f"pick one of {', '.join(ENGINES)}")
+    if engine == "podman":
+        if buildkit:
+            raise UserError(
+                "--buildkit is Docker's buildx; Podman builds with Buildah",
+                hint="drop --buildkit with --engine podman",
+            )
+        return DockerEngine(base_url=podman_socket())
+    if buildkit:
+        from envbuild.buildx_engine import BuildxEngine
+
+        return BuildxEngine(options=buildx)
+    return DockerEngine()

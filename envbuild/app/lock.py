@@ -1,0 +1,484 @@
+"""The `envbuild lock` use case: request -> resolve -> pin (uv) -> lock text -> written only
+when it changed; and `lock --check`, which verifies a lock without network.
+
+Without --upgrade, previous picks that still satisfy the request are kept: the framework
+version (resolved again pinned to it) and every Python package (uv preferences). The lock
+format itself (dumps/loads/hashes/freshness) is `envbuild.lockfile`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import (
+    InvalidWheelFilename,
+    canonicalize_name,
+    parse_wheel_filename,
+)
+
+from envbuild import matrix as matrix_data
+from envbuild.app import inputs
+from envbuild.app.base_lock import lock_framework_base
+from envbuild.engine import ContainerEngine
+from envbuild import pydeps, registry, resolver
+from envbuild.archs import ArchRules, cc_tuple, coverage
+from envbuild.cudawheels import cuda_libs
+from envbuild.errors import LockError, MatrixError, PinError, UnsatisfiableError
+from envbuild.fsio import write_if_changed
+from envbuild.locations import is_remote, local_path, resolve_local
+from envbuild.lockfile import (
+    check_fresh,
+    dumps,
+    input_hash,
+    loads,
+    lock_path,
+    read_lock_text,
+    regenerate_command,
+    row_fingerprints,
+)
+from envbuild.matrix import Matrix
+from envbuild.models import Lock, LockedPackage, Request, Stack, Unsatisfiable
+from envbuild.request import load_request, request_hash
+from envbuild.versions import major_minor
+
+DigestLookup = Callable[[str], "str | None"]
+
+
+@dataclass(frozen=True)
+class LockOutcome:
+    path: Path
+    status: str
+    """ "written", "unchanged" (re-locked, same bytes) or "fresh" (--check passed)."""
+    lock: Lock
+    text: str
+    warnings: tuple[str, ...] = ()
+    tool: str = ""
+    """The delegated Python resolver ("uv", "pip"); "" for --check."""
+
+
+def lock(
+    *,
+    image_dir: Path,
+    check: bool = False,
+    upgrade: bool = False,
+    upgrade_packages: Sequence[str] = (),
+    offline: bool = False,
+    matrix_overlay: Path | None = None,
+) -> LockOutcome:
+    """`envbuild lock DIR`: write `DIR/envbuild.lock` (only when it changes); with `check`,
+    verify it without network (StaleLockError, exit 1, when missing/stale/edited)."""
+    if check:
+        return check_image(image_dir, matrix_overlay=matrix_overlay)
+    return lock_image(
+        image_dir,
+        upgrade=upgrade,
+        upgrade_packages=upgrade_packages,
+        offline=offline,
+        matrix_overlay=matrix_overlay,
+    )
+
+
+def check_image(image_dir: Path, *, matrix_overlay: Path | None = None) -> LockOutcome:
+    """`lock --check`: no network, no resolving; fresh -> outcome, else StaleLockError."""
+    request = load_request(image_dir)
+    text = read_lock_text(image_dir)
+    matrix = matrix_data.load_matrix_from(matrix_overlay)
+    fresh = check_fresh(request, text, matrix.fingerprints(), image_dir=image_dir)
+    assert text is not None  # check_fresh raised otherwise
+    return LockOutcome(path=lock_path(image_dir), status="fresh", lock=fresh, text=text)
+
+
+def lock_image(
+    image_dir: Path,
+    *,
+    upgrade: bool = False,
+    upgrade_packages: Sequence[str] = (),
+    offline: bool = False,
+    matrix_overlay: Path | None = None,
+    runner: Any = None,
+    digest_lookup: DigestLookup | None = None,
+    engine: ContainerEngine | None = None,
+) -> LockOutcome:
+    """`lock`: request -> resolve -> pin (delegated) -> lock text -> write only when changed."""
+    request = load_request(image_dir)  # a bad request stops here: nothing is written
+    if request.base is not None:
+        # A framework base: its facts come from the image itself (envbuild.app.base_lock).
+        lock, text, notes, tool, written = lock_framework_base(
+            image_dir,
+            request,
+            matrix=matrix_data.load_matrix_from(matrix_overlay),
+            engine=engine or inputs.make_engine(buildkit=False),
+            previous=_previous_lock(image_dir),
+            upgrade=upgrade,
+            upgrade_packages=upgrade_packages,
+            offline=offline,
+            runner=runner,
+        )
+        status = "written" if written else "unchanged"
+        return LockOutcome(lock_path(image_dir), status, lock, text, notes, tool)
+    upgrade_set = {canonicalize_name(n) for n in upgrade_packages}
+    previous = _previous_lock(image_dir)
+    kept = None if upgrade else previous  # the picks --upgrade does not keep
+    matrix = matrix_data.load_matrix_from(matrix_overlay)
+    stack = _resolve_keeping(request, matrix, kept, upgrade_set)
+    indexes = _pin_indexes(request, stack, image_dir)
+    warnings = list(indexes.warnings)
+    kept_packages = kept.packages if kept is not None else ()
+    preferences = tuple(p for p in kept_packages if canonicalize_name(p.name) not in upgrade_set)
+    pinned = _pin_or_pypi_hint(
+        stack,
+        matrix,
+        request,
+        pydeps.PinRequest(
+            requirements=(*_stack_requirements(stack), *request.packages),
+            python=stack.python,
+            platform=request.platform,
+            index_url=indexes.index_url,
+            extra_index_urls=indexes.extra_index_urls,
+            find_links=indexes.find_links,
+            preferences=preferences,
+            upgrade_packages=tuple(sorted(upgrade_set)),
+            offline=offline,
+        ),
+        runner,
+    )
+    check_framework_source(stack, pinned.packages)
+    # The framework's own wheel metadata is authoritative for the CUDA libraries it ships.
+    stack, library_warnings = apply_wheel_pins(stack, pinned.packages)
+    warnings += library_warnings
+    check_pinned_cudnn(stack, matrix)
+    if previous is not None:
+        warnings += reuploaded(previous.packages, pinned.packages)
+    digest, digest_warning = _base_digest(stack, kept, offline, digest_lookup)
+    warnings += digest_warning
+    fingerprints = row_fingerprints(stack.rows, matrix.fingerprints())
+    new_lock = Lock(
+        name=request.name,
+        input_hash=input_hash(request, fingerprints),
+        stack=stack,
+        targets=request.targets,
+        platform=request.platform,
+        # Local find-links folders are read at lock time only: they are not in the build
+        # context (render takes a wheelhouse with --find-links); only URLs travel in the lock.
+        indexes=dataclasses.replace(
+            request.indexes,
+            index_url=indexes.index_url,
+            extra_index_urls=indexes.extra_index_urls,
+            find_links=tuple(link for link in request.indexes.find_links if is_remote(link)),
+        ),
+        smoke=request.smoke,
+        base_digest=digest,
+        packages=pinned.packages,
+        compat=request.compat,
+        request_hash=request_hash(request),
+        row_fingerprints=tuple(sorted(fingerprints.items())),
+    )
+    text = dumps(new_lock, command=regenerate_command(image_dir))
+    written = write_if_changed(lock_path(image_dir), text)
+    return LockOutcome(
+        path=lock_path(image_dir),
+        status="written" if written else "unchanged",
+        lock=new_lock,
+        text=text,
+        warnings=tuple(warnings),
+        tool=pinned.tool,
+    )
+
+
+def _stack_requirements(stack: Stack) -> tuple[str, ...]:
+    """The framework, and the cuDNN the resolver planned when the framework's own range would
+    install one that does not support every target."""
+    if stack.cudnn_requirement:
+        return (stack.framework.requirement, stack.cudnn_requirement)
+    return (stack.framework.requirement,)
+
+
+def _pin_or_pypi_hint(
+    stack: Stack, matrix: Matrix, request: Request, pin: pydeps.PinRequest, runner: Any
+) -> pydeps.PinResult:
+    """pydeps.pin; when the framework's own index is unreachable, the error names the
+    PyPI-hosted build of the same release that also runs on the targets, if there is one."""
+    try:
+        return pydeps.pin(pin, runner=runner)
+    except PinError as err:
+        if not stack.framework.index_url or "could not reach" not in err.message:
+            raise
+        fit = pypi_fit(stack, matrix, request.platform)
+        if fit is None:
+            raise
+        raise PinError(
+            err.message,
+            hint=f"{stack.framework.index_url} may be unreachable: {fit}; {err.hint}",
+            fields=err.fields,
+        ) from None
+
+
+def pypi_fit(stack: Stack, matrix: Matrix, platform: str) -> str | None:
+    """ "torch 2.14.1 cu130 installs from PyPI and runs on sm_90 ([framework] cuda =
+    "==13.0.*" selects it)" for the release's PyPI-default build when it covers the targets."""
+    fw = stack.framework
+    rules = ArchRules.from_archs(matrix.archs)
+    for build in matrix.builds_for(fw.name, fw.version):
+        if not build.pypi_default or build.cuda is None or platform not in build.platforms:
+            continue
+        arch_rows = [matrix.arch(sm) for sm in stack.target_archs]
+        if all(a is not None and coverage(build.archs, a.cc, rules)[0] for a in arch_rows):
+            mm = ".".join(build.cuda.split(".")[:2])
+            return (
+                f"{fw.name} {fw.version} {build.variant} installs from PyPI and runs on "
+                f"{' '.join(stack.target_archs) or 'any GPU it covers'} ([framework] cuda = "
+                f'"=={mm}.*" selects it)'
+            )
+    return None
+
+
+def check_pinned_cudnn(stack: Stack, matrix: Matrix) -> None:
+    """The cuDNN wheel the lock actually pinned must support every target GPU (cuDNN >= 9.11
+    dropped compute capability < 7.5; a range-pinned framework gets whatever the installer
+    picks)."""
+    if not stack.cudnn or not stack.target_archs:
+        return
+    row = matrix.lib("cudnn", stack.cudnn)
+    if row is None:
+        return
+    for sm in stack.target_archs:
+        arch = matrix.arch(sm)
+        if arch is None:
+            continue
+        cc = cc_tuple(arch.cc)
+        below = row.min_cc and cc < cc_tuple(row.min_cc)
+        above = row.max_cc and cc > cc_tuple(row.max_cc) and not row.forward_compatible
+        if below or above:
+            raise LockError(
+                f"the lock pinned cuDNN {stack.cudnn}, which supports compute capability "
+                f"{row.min_cc} to {row.max_cc}; the target {sm} is {arch.cc}",
+                hint="constrain cuDNN in [packages] (for example nvidia-cudnn-cu12<=9.10.2.21), "
+                "or re-lock with --upgrade after updating envbuild's matrix",
+                fields={"cudnn": stack.cudnn, "arch": sm},
+            )
+
+
+def _previous_lock(image_dir: Path) -> Lock | None:
+    """The lock already in the folder, unverified; None when absent or unreadable (an
+    unreadable old lock only loses its preferences)."""
+    old_text = read_lock_text(image_dir)
+    if old_text is None:
+        return None
+    try:
+        return loads(old_text, path=str(lock_path(image_dir)), verify=False)
+    except Exception:
+        return None
+
+
+def _resolve_keeping(
+    request: Request, matrix: Matrix, previous: Lock | None, upgrade_set: AbstractSet[str]
+) -> Stack:
+    """The stack for `request`, keeping the previous framework version while it still fits."""
+    framework_requirement = Requirement(request.framework)
+    framework_name = canonicalize_name(framework_requirement.name)
+    result: Stack | Unsatisfiable | None = None
+    if (
+        previous is not None
+        and framework_name not in upgrade_set
+        and canonicalize_name(previous.stack.framework.name) == framework_name
+        and framework_requirement.specifier.contains(
+            previous.stack.framework.version, prereleases=True
+        )
+    ):
+        kept = dataclasses.replace(
+            request, framework=_with_version(request.framework, previous.stack.framework.version)
+        )
+        result = resolver.resolve(kept, matrix)
+        if isinstance(result, Unsatisfiable):
+            result = None  # the old pick no longer fits the targets: resolve afresh
+    if result is None:
+        result = resolver.resolve(request, matrix)
+    if isinstance(result, Unsatisfiable):
+        raise _unsatisfiable(result)
+    return result
+
+
+@dataclass(frozen=True)
+class _PinIndexes:
+    index_url: str | None
+    extra_index_urls: tuple[str, ...]
+    find_links: tuple[str, ...]
+    warnings: tuple[str, ...]
+
+
+def _pin_indexes(request: Request, stack: Stack, image_dir: Path) -> _PinIndexes:
+    """Where uv looks for the pins.
+
+    The framework's own index (when it is not PyPI) goes first among the extra indexes,
+    because uv gives --extra-index-url priority over --index-url and takes each name from the
+    first index that has it (https://docs.astral.sh/uv/concepts/indexes/). Passed as
+    --index-url, PyPI's torch (another CUDA variant under the same version) would win.
+    """
+    index_url = request.indexes.index_url
+    extra = list(request.indexes.extra_index_urls)
+    find_links = tuple(resolve_local(link, image_dir) for link in request.indexes.find_links)
+    framework = stack.framework
+    warnings: tuple[str, ...] = ()
+    local = wheelhouse_has(find_links, framework.name, framework.version)
+    if local:
+        warnings = (
+            f"{framework.name} {framework.version} ({framework.variant}) is pinned from the "
+            f"local wheelhouse {local}, not from {framework.index_url or 'PyPI'}: build with "
+            "`envbuild image --find-links` pointing at the same files (the hashes in the lock "
+            "decide)",
+        )
+    elif (
+        framework.index_url
+        and framework.index_url not in extra
+        and framework.index_url != index_url
+    ):
+        extra = [framework.index_url, *extra]
+    return _PinIndexes(index_url, tuple(extra), find_links, warnings)
+
+
+def _base_digest(
+    stack: Stack, previous: Lock | None, offline: bool, digest_lookup: DigestLookup | None
+) -> tuple[str | None, list[str]]:
+    """The base image digest: the locked one for the same ref, else the registry's."""
+    ref = stack.base_image.ref
+    digest: str | None = None
+    if previous is not None and previous.stack.base_image.ref == ref:
+        digest = previous.base_digest
+    if digest is None and not offline:
+        digest = (digest_lookup or registry.registry_digest)(ref)
+    if digest is not None:
+        return digest, []
+    why = "--offline: registry not asked" if offline else "no registry reachable"
+    return None, [
+        f"base image {ref}: {why}, so its digest is not pinned "
+        "(pinned = false); re-lock where the registry answers to pin it"
+    ]
+
+
+def _unsatisfiable(result: Unsatisfiable) -> UnsatisfiableError:
+    alternatives = list(getattr(result, "alternatives", ()))
+    return UnsatisfiableError(
+        "nothing in the matrix fits the request:\n  " + "\n  ".join(result.reasons),
+        hint=("try: " + "; or ".join(alternatives))
+        if alternatives
+        else "loosen the request (see the reasons)",
+        fields={"reasons": list(result.reasons), "alternatives": alternatives},
+    )
+
+
+def _with_version(requirement: str, version: str) -> str:
+    parsed = Requirement(requirement)
+    parsed.specifier = SpecifierSet(f"=={version}")
+    return str(parsed)
+
+
+def apply_wheel_pins(stack: Stack, packages: Sequence[LockedPackage]) -> tuple[Stack, list[str]]:
+    """cuDNN/NCCL from the resolved nvidia-cudnn-cuXX / nvidia-nccl-cuXX wheels; warn where the
+    matrix row said otherwise (torch 2.11's
+    RELEASE.md said cuDNN 9.17.1.4 for cu130, its wheels pin 9.19.0.56)."""
+    libs = cuda_libs(packages)
+    warnings: list[str] = []
+    changes: dict[str, Any] = {}
+    for what, wheel in (("cudnn", libs.cudnn), ("nccl", libs.nccl)):
+        if wheel is None:
+            continue
+        matrix_value = getattr(stack, what)
+        if matrix_value is not None and not pydeps.same_release(matrix_value, wheel):
+            warnings.append(
+                f"{what}: the matrix says {matrix_value} for {stack.framework.name} "
+                f"{stack.framework.version} ({stack.framework.variant}), but its wheels pin "
+                f"{wheel}; the lock records {wheel} (the wheel metadata is what gets installed)"
+            )
+        changes[what] = wheel
+    cuda_pin = libs.cuda_toolkit or libs.cuda_runtime
+    if cuda_pin and stack.cuda:
+        try:
+            pinned_mm, matrix_mm = major_minor(cuda_pin), major_minor(stack.cuda)
+        except Exception:
+            pinned_mm = matrix_mm = (0, 0)
+        fw = stack.framework
+        if pinned_mm[0] != matrix_mm[0]:
+            # Another CUDA major means another variant than the one resolved: its floors,
+            # architectures and base image would all be wrong in the lock.
+            raise MatrixError(
+                f"{fw.name} {fw.version} ({fw.variant}) should be a CUDA {stack.cuda} build, but "
+                f"the wheels that were pinned depend on CUDA {cuda_pin} libraries: the index "
+                "served another variant under the same version",
+                hint="check the matrix row of this build (its index_url and pypi_default), or "
+                "constrain [framework] cuda to a variant the reachable index serves",
+                fields={"rows": list(stack.rows), "cuda_pin": cuda_pin},
+            )
+        if pinned_mm != matrix_mm:
+            warnings.append(
+                f"cuda: the matrix says {stack.cuda} for {fw.name} {fw.version} "
+                f"({fw.variant}), but its wheels pin CUDA {cuda_pin} libraries; the floors in "
+                "the lock follow the matrix"
+            )
+    return (dataclasses.replace(stack, **changes) if changes else stack), warnings
+
+
+def check_framework_source(stack: Stack, packages: Sequence[LockedPackage]) -> None:
+    """The framework must be pinned, and from its variant's index when that is not PyPI."""
+    fw = stack.framework
+    name = canonicalize_name(fw.name)
+    pkg = next((p for p in packages if p.name == name), None)
+    if pkg is None:
+        raise PinError(
+            f"the pinned packages do not contain {fw.name} ({fw.requirement})",
+            hint="run with ENVBUILD_DEBUG=1 and report it",
+        )
+    from_wheelhouse = not is_remote(pkg.source)
+    if fw.index_url and not from_wheelhouse and pkg.source.rstrip("/") != fw.index_url.rstrip("/"):
+        raise PinError(
+            f"{fw.name} {pkg.version} was pinned from {pkg.source}, not from the index of the "
+            f"{fw.variant} variant ({fw.index_url})",
+            hint="make that index reachable, or constrain [framework] cuda / the version "
+            "range to a variant PyPI serves by default",
+        )
+
+
+def wheelhouse_has(find_links: Sequence[str], name: str, version: str) -> str | None:
+    """The local find-links folder holding a wheel of name==version (any local label), if any.
+
+    Such a wheelhouse stands in for the framework's own index at lock time (the PyTorch index
+    is not reachable everywhere); the lock's hashes still decide what may be installed.
+    """
+    want = canonicalize_name(name)
+    for link in find_links:
+        folder = local_path(link)
+        if folder is None or not folder.is_dir():
+            continue
+        for wheel in sorted(folder.glob("*.whl")):
+            try:
+                wname, wversion, _, _ = parse_wheel_filename(wheel.name)
+            except InvalidWheelFilename:
+                continue
+            if wname == want and wversion.public == version:
+                return link
+    return None
+
+
+def reuploaded(old: Sequence[LockedPackage], new: Sequence[LockedPackage]) -> list[str]:
+    """Same name and version, different files: the index replaced files in place."""
+    before = {(p.name, p.version): set(p.hashes) for p in old}
+    out = []
+    for p in new:
+        prev = before.get((p.name, p.version))
+        if prev is not None and prev != set(p.hashes):
+            gone = len(prev - set(p.hashes))
+            out.append(
+                f"{p.name}=={p.version}: the index now serves different files than the previous "
+                f"lock recorded ({gone} old hash(es) gone). The package index may have "
+                "re-uploaded wheels under the same version (the PyTorch index has done so "
+                "repeatedly; PyPI torch 2.10.0 has build-tag re-uploads); the new lock takes the "
+                "index's current hashes. If you did not expect this, check the index's release "
+                "history before building."
+            )
+    return out
