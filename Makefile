@@ -27,11 +27,13 @@ check: lint test
 test: $(STAMP)
 	$(BIN)/pytest -q -m "not network and not e2e and not gpu"
 
-# The main job on the default example: resolve its targets, check its lock, render it.
+# The main job on the default example: resolve its targets, check its lock, render it (to a
+# file: its NVIDIA_REQUIRE_CUDA alone is 2 KB), and say which recorded hosts it runs on.
 demo: $(STAMP)
 	$(BIN)/envbuild resolve --framework torch --gpu H100 --gpu L4 --driver 570.124.06
 	$(BIN)/envbuild lock --check $(EXAMPLE)
-	$(BIN)/envbuild render $(EXAMPLE)
+	$(BIN)/envbuild render $(EXAMPLE) -o build/demo/Dockerfile
+	$(BIN)/envbuild validate --hosts tests/fixtures/hosts/fleet-doctor.jsonl --lock $(EXAMPLE)
 
 # Regenerate the byte-exact golden Dockerfiles; review the diff.
 golden: $(STAMP)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -30,7 +31,8 @@ from envbuild.errors import (
     UserError,
 )
 from envbuild.gpu_attach import Attachment, GpuChoice, unavailable_message
-from envbuild.smoke import SmokeJudgement, payload_command
+from envbuild.project_smoke import run_command
+from envbuild.smoke import SmokeJudgement, passthrough_environment, payload_command
 
 LOCK_LABEL = "envbuild.lock"
 LOCK_SHA_LABEL = "envbuild.lock.sha256"
@@ -82,6 +84,8 @@ class ImageJob:
     keep_failed: bool = False
     extra_labels: Mapping[str, str] = field(default_factory=dict)
     gpu: GpuChoice = field(default_factory=GpuChoice)
+    smoke_command: tuple[str, ...] = ()
+    """The project's own smoke step (`[smoke] command`), run after the payload passed."""
     """How to attach GPUs (auto: gpu_attach.choose decides) and which ones."""
 
 
@@ -105,6 +109,8 @@ class ImageOutcome:
     gpu_attach: Mapping[str, Any] | None = None
     """How the smoke container got its GPUs (`Attachment.to_json()`); None: no GPU."""
     saved: Mapping[str, Any] | None = None
+    smoke_command: Mapping[str, Any] | None = None
+    """The project's smoke step (`envbuild.project_smoke.record`); None when it has none."""
     """{"path", "bytes", "format"} after `--save`; None when not saved."""
 
     def to_json(self) -> dict[str, Any]:
@@ -132,11 +138,15 @@ class ImageOutcome:
             "pushed": dict(self.pushed) if self.pushed is not None else None,
             "saved": dict(self.saved) if self.saved is not None else None,
             "gpu_attach": dict(self.gpu_attach) if self.gpu_attach is not None else None,
+            "smoke_command": dict(self.smoke_command) if self.smoke_command else None,
         }
 
 
 def report_label(
-    report: Mapping[str, Any], job: ImageJob, gpu_attach: Attachment | None = None
+    report: Mapping[str, Any],
+    job: ImageJob,
+    gpu_attach: Attachment | None = None,
+    smoke_command: Mapping[str, Any] | None = None,
 ) -> str:
     """The `envbuild.smoke.report` label: compact, sorted JSON with "ok": true, and what the
     image was built from (a replaced base is recorded here) and how the smoke test got its
@@ -153,6 +163,8 @@ def report_label(
         attached = gpu_attach.to_json()
         attached.pop("checks")
         data["envbuild"]["gpu_attach"] = attached
+    if smoke_command is not None:
+        data["envbuild"]["smoke_command"] = dict(smoke_command)
     return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
 
@@ -279,6 +291,7 @@ def build_and_verify(
         gpu_attach=attach,
         shm_size=f"{job.shm_mib}m",
         timeout_s=job.timeout_s,
+        environment=passthrough_environment(os.environ),
         labels={ROLE_LABEL: "smoke", LOCK_SHA_LABEL: job.lock_sha256},
     )
     try:
@@ -302,7 +315,21 @@ def build_and_verify(
                 judgement = SmokeJudgement(ok=False, report=judgement.report, summary=why)
             raise _smoke_failure(job, result, candidate, job.keep_failed, judgement, why)
         assert judgement is not None
-        label = report_label(judgement.report, job, attach)
+        # The project's own step runs only after the payload passed, as the payload ran.
+        command = (
+            run_command(
+                engine,
+                spec,
+                job.smoke_command,
+                name=job.name,
+                candidate=candidate,
+                keep_failed=job.keep_failed,
+                progress=progress,
+            )
+            if job.smoke_command
+            else None
+        )
+        label = report_label(judgement.report, job, attach, command)
         image_id = engine.tag(
             candidate, job.tag, labels={REPORT_LABEL: label, LOCK_SHA_LABEL: job.lock_sha256}
         )
@@ -333,4 +360,5 @@ def build_and_verify(
         job=job,
         builder=built.builder,
         gpu_attach=attach.to_json() if attach is not None else None,
+        smoke_command=command,
     )

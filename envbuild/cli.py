@@ -7,16 +7,17 @@ the one place that maps errors to exit codes (see `envbuild.errors`).
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from envbuild import __version__
 from envbuild.commands.lazy import LazyGroup
-from envbuild.errors import EnvbuildError
+
+if TYPE_CHECKING:
+    from envbuild.errors import EnvbuildError
 
 # name -> (module, one-line help). Help is duplicated here so `--help` needs no imports.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -43,21 +44,42 @@ EXIT_INTERNAL = 70  # EX_SOFTWARE: a bug in envbuild, not in the user's input
 # What a shell reports for a process killed by SIGPIPE (128 + 13): `envbuild render x | head`
 # ends like `cat file | head` would, not as "a bug in envbuild" (exit 70).
 EXIT_BROKEN_PIPE = 141
+EXIT_TERMINATED = 143  # what a shell reports for a process ended by SIGTERM (128 + 15)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (kill, timeout, systemd, a CI runner) raised as an exception, so every `finally`
+    and `with` on the way out runs: temp folders go, uv and containers are stopped (whatever
+    cleans up after Ctrl-C cleans up after SIGTERM too)."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated()
 
 
 def report_error(err: EnvbuildError, *, as_json: bool) -> None:
     """Print one error: JSON on stdout for --json, else a message and its next step on stderr."""
+    import json
+
+    from envbuild.documents import printable
+
     if as_json:
         click.echo(json.dumps(err.to_json(), sort_keys=True))
         return
-    click.echo(f"error: {err.message}", err=True)
+
+    def safe(text: str) -> str:  # no terminal escapes from a quoted value (docs/reliability.md)
+        return "\n".join(printable(part) for part in text.split("\n"))
+
+    click.echo(f"error: {safe(err.message)}", err=True)
     if err.hint:
-        click.echo(f"  next: {err.hint}", err=True)
+        click.echo(f"  next: {safe(err.hint)}", err=True)
 
 
 def report_usage_error(err: click.UsageError) -> None:
     """A Click usage error (unknown option, missing argument, bad value) under --json: the same
     error object every command prints, so a CI job parsing stdout gets JSON, not nothing."""
+    import json
+
     where = err.ctx.command_path if err.ctx is not None else "envbuild"
     doc = {
         "ok": False,
@@ -66,6 +88,23 @@ def report_usage_error(err: click.UsageError) -> None:
         "hint": f"see `{where} --help`",
     }
     click.echo(json.dumps(doc, sort_keys=True))
+
+
+def report_bug(exc: Exception, *, as_json: bool) -> None:
+    """Exit 70's message: plain on stderr, or (--json) the one JSON object on stdout that a CI
+    job parsing it expects from every failure."""
+    import json
+
+    from envbuild.errors import redact
+
+    message = redact(f"{type(exc).__name__}: {exc}")
+    hint = "this is a bug in envbuild; rerun with ENVBUILD_DEBUG=1 for the traceback and report it"
+    if as_json:
+        doc = {"ok": False, "error": "InternalError", "message": message, "hint": hint}
+        click.echo(json.dumps(doc, sort_keys=True))
+        return
+    click.echo(f"internal error: {message}", err=True)
+    click.echo(f"  next: {hint}", err=True)
 
 
 def _silence_stdout() -> None:
@@ -79,6 +118,9 @@ class EnvbuildGroup(LazyGroup):
     """The top-level group: lazy commands, and the one place errors become exit codes."""
 
     def invoke(self, ctx: click.Context) -> Any:
+        # Imported here, not at the top: `envbuild --help` exits before invoking anything.
+        from envbuild.errors import EnvbuildError
+
         # Read before invoking: click empties ctx.args once the subcommand is resolved.
         wants_json = _wants_json(ctx)
         try:
@@ -86,6 +128,9 @@ class EnvbuildGroup(LazyGroup):
         except EnvbuildError as err:
             report_error(err, as_json=wants_json)
             ctx.exit(err.exit_code)
+        except Terminated:
+            click.echo("terminated", err=True)
+            ctx.exit(EXIT_TERMINATED)
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             ctx.exit(130)
@@ -102,12 +147,7 @@ class EnvbuildGroup(LazyGroup):
         except Exception as exc:  # a bug: say so plainly, no traceback unless asked
             if os.environ.get("ENVBUILD_DEBUG"):
                 raise
-            click.echo(f"internal error: {type(exc).__name__}: {exc}", err=True)
-            click.echo(
-                "  next: this is a bug in envbuild; rerun with ENVBUILD_DEBUG=1 for the "
-                "traceback and report it",
-                err=True,
-            )
+            report_bug(exc, as_json=wants_json)
             ctx.exit(EXIT_INTERNAL)
 
 
@@ -129,6 +169,13 @@ def cli() -> None:
 
 
 def main() -> None:
+    import signal
+
+    from envbuild import compiled
+
+    # Before any command module is imported: their dataclasses' methods come compiled.
+    compiled.reuse_dataclass_code()
+    signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         try:
             cli(prog_name="envbuild")

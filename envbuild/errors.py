@@ -31,6 +31,19 @@ def _redacted(value: Any) -> Any:
     return value
 
 
+def _class_exit_code(cls: type) -> int:
+    """The nearest `exit_code` a class in `cls`'s MRO sets (1 at the root).
+
+    The subclasses below are plain classes that set only `exit_code`: they inherit the root's
+    generated `__init__`, `__repr__` and `__eq__` instead of generating their own, which is
+    most of what importing this module used to cost (every command imports it)."""
+    for klass in cls.__mro__:
+        code = klass.__dict__.get("exit_code")
+        if isinstance(code, int) and code >= 0:
+            return code
+    return 1
+
+
 @dataclass
 class EnvbuildError(Exception):
     """Root of every error envbuild raises on purpose."""
@@ -38,9 +51,12 @@ class EnvbuildError(Exception):
     message: str
     hint: str = ""
     fields: dict[str, Any] = field(default_factory=dict)
-    exit_code: int = 1
+    exit_code: int = -1
+    """-1 (the default): the class's own `exit_code` (`_class_exit_code`)."""
 
     def __post_init__(self) -> None:
+        if self.exit_code < 0:
+            self.exit_code = _class_exit_code(type(self))
         # Messages often quote a URL the user gave; a credential in it is never shown.
         self.message = redact(self.message)
         self.hint = redact(self.hint)
@@ -63,85 +79,72 @@ class EnvbuildError(Exception):
         return out
 
 
-@dataclass
 class UserError(EnvbuildError):
     """The user's input is wrong: a request, a flag, a file. Exit 2."""
 
     exit_code: int = 2
 
 
-@dataclass
 class RequestError(UserError):
     """An `envbuild.toml` request is malformed or impossible."""
 
 
-@dataclass
 class MatrixError(UserError):
     """A matrix file is malformed or contradicts another one (file and row in `fields`)."""
 
 
-@dataclass
 class LockError(UserError):
     """A lock file cannot be read (bad TOML, newer schema, edited by hand)."""
 
 
-@dataclass
 class StaleLockError(EnvbuildError):
     """The lock does not match its request or the matrix rows it used. Exit 1."""
 
     exit_code: int = 1
 
 
-@dataclass
 class UnsatisfiableError(EnvbuildError):
     """Nothing in the matrix fits the request and targets. Exit 1; `fields` has the reasons."""
 
     exit_code: int = 1
 
 
-@dataclass
 class NoGpuError(EnvbuildError):
     """No NVIDIA driver / GPU where one is needed (host probing). Exit 2: cannot probe."""
 
     exit_code: int = 2
 
 
-@dataclass
 class EnvironmentFailure(EnvbuildError):
     """Something outside envbuild failed: network, disk, a delegated tool. Exit 3."""
 
     exit_code: int = 3
 
 
-@dataclass
 class EngineError(EnvironmentFailure):
     """The container engine failed or is not running. Exit 4."""
 
     exit_code: int = 4
 
 
-@dataclass
 class BuildError(EnvironmentFailure):
     """A build step failed inside the engine. Exit 5."""
 
     exit_code: int = 5
 
 
-@dataclass
 class SmokeFailed(EnvbuildError):
     """The smoke payload ran and said no (or crashed or hung). Exit 6; no tag was written."""
 
     exit_code: int = 6
 
 
-@dataclass
 class DiskFullError(EnvironmentFailure):
     """The engine ran out of disk space ("no space left on device") while building. Exit 3."""
 
     exit_code: int = 3
 
 
-@dataclass
 class FileWriteError(EnvironmentFailure):
     """A file or folder cannot be written: read-only file system, no permission, a path in the
     way. Exit 3; `fields` has the path."""
@@ -149,7 +152,6 @@ class FileWriteError(EnvironmentFailure):
     exit_code: int = 3
 
 
-@dataclass
 class GpuUnavailableError(EnvironmentFailure):
     """A GPU image must be smoke-tested on a GPU, but the engine cannot attach one (no driver,
     no NVIDIA Container Toolkit, no CDI spec). Exit 7; `--allow-cpu` runs the CPU path instead."""
@@ -157,7 +159,6 @@ class GpuUnavailableError(EnvironmentFailure):
     exit_code: int = 7
 
 
-@dataclass
 class RegistryError(EnvironmentFailure):
     """A registry refused or failed a push (auth, TLS, quota, unreachable; `fields.kind`).
     Exit 8: the image passed its smoke test and is tagged locally; only the push failed."""
@@ -165,7 +166,6 @@ class RegistryError(EnvironmentFailure):
     exit_code: int = 8
 
 
-@dataclass
 class SourceUnreachableError(EnvironmentFailure):
     """A network source (PyPI, the PyTorch index, a registry) could not be read. Exit 3;
     `fields` has the url. `matrix refresh` reports and skips it while another source works."""
@@ -173,11 +173,9 @@ class SourceUnreachableError(EnvironmentFailure):
     exit_code: int = 3
 
 
-@dataclass
 class LockEditedError(StaleLockError):
     """The lock's body no longer matches its content hash (edited by hand). Exit 1: re-lock."""
 
 
-@dataclass
 class PinError(EnvironmentFailure):
     """The delegated Python resolver (uv, or pip as fallback) failed or is missing. Exit 3."""

@@ -613,7 +613,27 @@ def unwrap_facts(obj: Any, *, where: str = "") -> dict[str, Any]:
             f"host facts{where}: schema {schema!r} is newer than this envbuild reads ({FACTS_SCHEMA})",
             hint="upgrade envbuild, or record the facts again with this version's `envbuild doctor --json`",
         )
+    for key, kinds in _FACT_TYPES.items():
+        value = obj.get(key)
+        if value is not None and not isinstance(value, kinds):
+            raise _facts_error(f"{key!r} is a {type(value).__name__}", where)
+    if not all(isinstance(g, dict) for g in obj.get("gpus") or []):
+        raise _facts_error("'gpus' holds an entry that is not an object", where)
     return obj
+
+
+# The shape of the facts doctor and validate read (what `probe_facts` writes): a file of the
+# wrong shape is exit 2 naming the key, not a crash in a check.
+_FACT_TYPES: dict[str, tuple[type, ...]] = {
+    "hostname": (str,),
+    "driver": (str, dict),
+    "gpus": (list,),
+    "engine": (dict,),
+    "shm": (dict,),
+    "platform": (dict,),
+    "toolkit": (dict,),
+    "cdi": (list,),
+}
 
 
 def driver_version_of(facts: dict[str, Any]) -> str | None:
@@ -678,28 +698,39 @@ def host_from_facts(facts: dict[str, Any], *, gpu_cc: Callable[[str], str] | Non
 
 
 def load_facts_file(path: Path) -> list[dict[str, Any]]:
-    """Host facts from a file: a JSON list, one JSON object, or one JSON object per line."""
+    """Host facts from a file: a JSON list, one JSON object, or one JSON object per line.
+
+    The file is read through `fsio.read_input` (no FIFO, device or oversized file), parsed
+    with a nesting limit, and every string in it made printable: host names, GPU names and
+    versions end up in tables on a terminal (docs/reliability.md)."""
+    from envbuild.documents import DocumentError, TooDeep, json_loads, printable_data
+    from envbuild.fsio import read_input
+
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        text = read_input(path, what="the host facts file").decode("utf-8")
+    except (FileNotFoundError, UnicodeDecodeError) as exc:
         raise UserError(
             f"cannot read host facts {path}: {exc}",
             hint="give a file written by `envbuild doctor --json` (one host per line, or a JSON list)",
+            fields={"file": str(path)},
         ) from None
     stripped = text.strip()
     if not stripped:
         raise _facts_error("the file is empty", f" in {path}")
     items: list[Any]
     try:
-        data = json.loads(stripped)
+        data = json_loads(stripped)
         items = data if isinstance(data, list) else [data]
-    except json.JSONDecodeError:
+    except TooDeep as exc:
+        raise _facts_error(str(exc), f" in {path}") from None
+    except DocumentError:
         items = []
         for n, raw in enumerate(stripped.splitlines(), 1):
             if not raw.strip():
                 continue
             try:
-                items.append(json.loads(raw))
-            except json.JSONDecodeError as exc:
-                raise _facts_error(f"line {n} is not JSON ({exc.msg})", f" in {path}") from None
+                items.append(json_loads(raw))
+            except DocumentError as exc:
+                raise _facts_error(f"line {n} is not JSON ({exc})", f" in {path}") from None
+    items = printable_data(items)
     return [unwrap_facts(x, where=f" in {path} (entry {i + 1})") for i, x in enumerate(items)]

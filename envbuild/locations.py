@@ -36,3 +36,13 @@ def resolve_local(location: str, base: Path) -> str:
     if path is None:
         return location
     return str((base / path).resolve())
+
+
+_ARCHIVE_SUFFIXES = (".whl", ".tar.gz", ".zip")
+
+
+def is_direct_url(source: str) -> bool:
+    """True when a locked package's source is the file itself (a `name @ URL` requirement: its
+    path ends in a distribution file name), not an index or a find-links folder."""
+    path = urlsplit(source).path if "://" in source else source
+    return path.lower().endswith(_ARCHIVE_SUFFIXES)

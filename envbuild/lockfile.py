@@ -27,6 +27,7 @@ from envbuild.models import (
     Indexes,
     Lock,
     LockedPackage,
+    ProjectSettings,
     Request,
     SmokeSettings,
     Stack,
@@ -48,16 +49,21 @@ def lock_sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def input_hash(request: Request, rows: Mapping[str, str]) -> str:
-    """sha256 over the canonical request JSON and the sorted (row key, fingerprint) pairs.
+def input_hash(
+    request: Request, rows: Mapping[str, str], files: Sequence[tuple[str, str]] = ()
+) -> str:
+    """sha256 over the canonical request JSON, the sorted (row key, fingerprint) pairs and the
+    sorted (path, sha256) of the project files the lock read (`[packages] files`).
 
     `rows` maps each key of `stack.rows` to its fingerprint in the current matrix ("" for a
-    row the matrix no longer has, which makes the lock stale).
+    row the matrix no longer has, which makes the lock stale). Without project files the hash
+    is what it was before they existed, so older locks stay fresh.
     """
     from envbuild.request import canonical_request_json
 
     parts = [canonical_request_json(request)]
     parts += [f"{key} {rows[key]}" for key in sorted(rows)]
+    parts += [f"file {path} {digest}" for path, digest in sorted(files)]
     return "sha256:" + hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
@@ -112,6 +118,8 @@ def dumps(lock: Lock, *, command: str | None = None) -> str:
     # Only framework-base locks have it: every other lock's bytes stay as they were.
     if lock.base_facts is not None:
         document.add("base_facts", _base_facts_table(lock.base_facts))
+    if lock.project is not None:
+        document.add("project", _project_table(lock.project))
     document.add("package", _package_tables(lock))
 
     text = tomlkit.dumps(document)
@@ -128,6 +136,11 @@ def _inputs_table(lock: Lock) -> Any:
     for key, fingerprint in sorted(lock.row_fingerprints):
         rows_table.add(key, fingerprint)
     inputs.add("rows", rows_table)
+    if lock.input_files:  # only locks of a project's files have it
+        files_table = tomlkit.table()
+        for path, digest in sorted(lock.input_files):
+            files_table.add(path, digest)
+        inputs.add("files", files_table)
     return inputs
 
 
@@ -208,6 +221,19 @@ def _smoke_table(lock: Lock) -> Any:
     table.add("timeout_s", lock.smoke.timeout_s)
     table.add("steps", lock.smoke.steps)
     table.add("min_shm_mib", lock.smoke.min_shm_mib)
+    if lock.smoke.command:
+        table.add("command", _array(lock.smoke.command))
+    return table
+
+
+def _project_table(project: ProjectSettings) -> Any:
+    import tomlkit
+
+    table = tomlkit.table()
+    table.add("path", project.path)
+    table.add("install", project.install)
+    table.add("command", _array(project.command))
+    table.add("ignore", _array(project.ignore))
     return table
 
 
@@ -305,11 +331,20 @@ def check_schema(text: str, *, path: str = LOCK_FILE) -> None:
             fields={"file": path},
         )
     if version > LOCK_SCHEMA_VERSION:
+        # `envbuild lock` refuses it too: rewriting it in this version's format would drop
+        # what the newer one recorded, silently.
         raise LockError(
             f"{path}: lock schema {version} is newer than this envbuild reads "
-            f"({LOCK_SCHEMA_VERSION})",
-            hint="upgrade envbuild (pip install -U envbuild), or regenerate the lock with this "
-            "version if you mean to downgrade",
+            f"({LOCK_SCHEMA_VERSION}); it is left as it is",
+            hint="upgrade envbuild (pip install -U envbuild); to go back to this version on "
+            f"purpose, delete the lock and run `{_cmd_for(path)}`",
+            fields={"file": path, "schema_version": version},
+        )
+    if version < 1:
+        raise LockError(
+            f"{path}: schema_version {version} is not one envbuild writes (1 to "
+            f"{LOCK_SCHEMA_VERSION}); this is not an envbuild lock",
+            hint=f"regenerate it: {_cmd_for(path)}",
             fields={"file": path, "schema_version": version},
         )
 
@@ -460,6 +495,19 @@ def _smoke_from(document: dict[str, Any]) -> SmokeSettings:
         timeout_s=_integer(table, "timeout_s", "smoke", defaults.timeout_s),
         steps=_integer(table, "steps", "smoke", defaults.steps),
         min_shm_mib=_integer(table, "min_shm_mib", "smoke", defaults.min_shm_mib),
+        command=_texts(table, "command", "smoke"),
+    )
+
+
+def _project_from(document: dict[str, Any]) -> ProjectSettings | None:
+    if "project" not in document:
+        return None
+    table = _typed(document["project"], dict, "[project]")
+    return ProjectSettings(
+        path=_text(table, "path", "project"),
+        install=_typed(table.get("install", True), bool, "project.install"),
+        command=_texts(table, "command", "project"),
+        ignore=_texts(table, "ignore", "project"),
     )
 
 
@@ -496,6 +544,13 @@ def _lock_from(document: dict[str, Any]) -> Lock:
             sorted((str(k), _typed(v, str, f"inputs.rows.{k}")) for k, v in rows.items())
         ),
         base_facts=_base_facts_from(document),
+        project=_project_from(document),
+        input_files=tuple(
+            sorted(
+                (str(k), _typed(v, str, f"inputs.files.{k}"))
+                for k, v in _typed(inputs.get("files", {}), dict, "[inputs.files]").items()
+            )
+        ),
     )
 
 
@@ -508,24 +563,49 @@ def _cmd_for(path: str) -> str:
 # --- freshness ---------------------------------------------------------------------------------
 
 
+def file_changes(
+    locked: Sequence[tuple[str, str]], current: Sequence[tuple[str, str]]
+) -> list[str]:
+    """ "pyproject.toml changed" for each project file whose hash is not the locked one."""
+    old, new = dict(locked), dict(current)
+    out = []
+    for path in sorted(set(old) | set(new)):
+        if path not in old:
+            out.append(f"{path} is a new input")
+        elif path not in new:
+            out.append(f"{path} is no longer an input")
+        elif old[path] != new[path]:
+            out.append(f"{path} changed")
+    return out
+
+
 def lock_path(image_dir: Path) -> Path:
     return image_dir / LOCK_FILE
 
 
 def read_lock_text(image_dir: Path) -> str | None:
+    """The lock's text, None when there is none. A FIFO, device or folder in its place, or a
+    file past the size cap, is a UserError (exit 2) naming it, before anything is read."""
+    from envbuild.fsio import read_input
+
     path = lock_path(image_dir)
     try:
-        return path.read_text(encoding="utf-8")
+        data = read_input(path, what="the lock")
     except FileNotFoundError:
         return None
-    except UnicodeDecodeError:
-        return path.read_bytes().decode("utf-8", errors="replace")  # -> edited / malformed
+    return data.decode("utf-8", errors="replace")  # not UTF-8 -> edited / malformed
 
 
 def check_fresh(
-    request: Request, text: str | None, fingerprints: Mapping[str, str], *, image_dir: Path
+    request: Request,
+    text: str | None,
+    fingerprints: Mapping[str, str],
+    *,
+    image_dir: Path,
+    files: Sequence[tuple[str, str]] = (),
 ) -> Lock:
-    """The lock parsed, if it is fresh for `request` and the matrix `fingerprints`; else
+    """The lock parsed, if it is fresh for `request`, the matrix `fingerprints` and the
+    project files' current hashes (`files`, envbuild.projectdeps.input_files); else
     StaleLockError (exit 1) naming what changed and the command to run (pure)."""
     cmd = f"envbuild lock {image_dir}"
     path = str(lock_path(image_dir))
@@ -545,7 +625,7 @@ def check_fresh(
         )
     lock = loads(text, path=path, verify=False)
     rows = row_fingerprints(lock.stack.rows, fingerprints)
-    if input_hash(request, rows) == lock.input_hash:
+    if input_hash(request, rows, files) == lock.input_hash:
         return lock
     from envbuild.request import request_hash
 
@@ -558,6 +638,7 @@ def check_fresh(
             reasons.append(f"matrix row {key} is gone")
         elif key in old and old[key] != rows[key]:
             reasons.append(f"matrix row {key} changed")
+    reasons += file_changes(lock.input_files, files)
     if not reasons:
         reasons.append("its inputs changed (request or matrix rows)")
     raise StaleLockError(

@@ -56,6 +56,11 @@ class Indexes:
     index_url: str | None = None
     extra_index_urls: tuple[str, ...] = ()
     find_links: tuple[str, ...] = ()
+    credentials_removed: tuple[str, ...] = field(
+        default=(), compare=False, metadata={"hashed": False}
+    )
+    """The keys whose URLs carried credentials (`user:token@`), removed when the request was
+    read: envbuild never uses, records or prints them (not part of the request's hash)."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,36 @@ class SmokeSettings:
     steps: int = 30
     min_shm_mib: int = 1024
     """Below this /dev/shm size DataLoader workers and NCCL fail ("Bus error")."""
+    command: tuple[str, ...] = ()
+    """The project's own smoke step (argv, no shell), run in the candidate after the payload
+    passed; () = none."""
+
+
+@dataclass(frozen=True)
+class DependencyFiles:
+    """`[packages] files`: a project's own dependency declarations, locked with the framework."""
+
+    files: tuple[str, ...] = ()
+    """Relative to the image folder: a `pyproject.toml`, `requirements*.txt`/`.in` files, a
+    `uv.lock` (its pins kept)."""
+    extras: tuple[str, ...] = ()
+    """Optional-dependency extras of the pyproject.toml / uv.lock project."""
+    groups: tuple[str, ...] = ()
+    """Dependency groups (PEP 735) of the pyproject.toml / uv.lock project."""
+
+
+@dataclass(frozen=True)
+class ProjectSettings:
+    """`[project]`: the user's code, copied into the image after the locked dependencies."""
+
+    path: str = "."
+    """The source folder, relative to the image folder (inside the repository)."""
+    install: bool = True
+    """Install it into the image's Python without dependencies (they are in the lock)."""
+    command: tuple[str, ...] = ()
+    """The image's CMD (argv); () = `python`."""
+    ignore: tuple[str, ...] = ()
+    """More `.dockerignore` patterns, after envbuild's own (.git, virtualenvs, caches, data)."""
 
 
 @dataclass(frozen=True)
@@ -98,6 +133,10 @@ class Request:
     base: str | None = None
     """A framework base: an image that already holds the framework (an NGC framework
     container, a company base). Its Python, OS, CUDA and framework come from the base."""
+    dependency_files: DependencyFiles = field(default_factory=DependencyFiles)
+    """A project's own dependency files, locked with the framework and `packages`."""
+    project: ProjectSettings | None = None
+    """The user's code in the image; None = no code is copied."""
 
 
 @dataclass(frozen=True)
@@ -249,6 +288,11 @@ class Lock:
     """(row key, fingerprint) of every row in `stack.rows`, sorted by key, as locked."""
     base_facts: BaseFacts | None = None
     """What a framework base holds (`Request.base`); None for stacks envbuild installs."""
+    project: ProjectSettings | None = None
+    """The user's code in the image (`Request.project`), as locked."""
+    input_files: tuple[tuple[str, str], ...] = ()
+    """(path relative to the image folder, sha256) of each project file the lock read
+    (`[packages] files` and what they include); `lock --check` re-hashes them."""
 
 
 FRAMEWORK_FLAVOUR = "framework"

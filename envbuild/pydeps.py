@@ -252,12 +252,23 @@ def parse_pylock(text: str, req: PinRequest) -> tuple[LockedPackage, ...]:
             {f"sha256:{f['hashes']['sha256']}" for f in files if "sha256" in f.get("hashes", {})}
         )
         url = files[0].get("url", "") if files else ""
+        source = source_of(url, req, index=p.get("index"))
+        archive = p.get("archive")
+        if not files and isinstance(archive, dict):
+            # A direct-URL requirement (`name @ URL`): PEP 751 records the file itself as an
+            # archive, with its hash; the lock's source is that URL (a local path as file://).
+            hashes = (
+                [f"sha256:{archive['hashes']['sha256']}"]
+                if "sha256" in archive.get("hashes", {})
+                else []
+            )
+            source = archive.get("url") or Path(str(archive.get("path", ""))).absolute().as_uri()
         out.append(
             LockedPackage(
                 name=str(canonicalize_name(p["name"])),
                 version=str(p["version"]),
                 hashes=tuple(hashes),
-                source=source_of(url, req, index=p.get("index")),
+                source=source,
             )
         )
     return tuple(sorted(out, key=lambda x: x.name))
@@ -407,15 +418,26 @@ _LEAKY_ENV = (
 )
 
 
+# uv settings that only say how to reach an index, never which: TLS, caches, and credentials
+# (https://docs.astral.sh/uv/concepts/authentication/: netrc through NETRC, a keyring, and
+# UV_INDEX_<NAME>_USERNAME / _PASSWORD). Credentials never travel in a URL (request.py).
+_UV_KEPT = ("UV_CACHE_DIR", "UV_NATIVE_TLS", "UV_HTTP_TIMEOUT", "UV_KEYRING_PROVIDER")
+
+
+def _uv_kept(key: str) -> bool:
+    return key in _UV_KEPT or (
+        key.startswith("UV_INDEX_") and key.endswith(("_USERNAME", "_PASSWORD"))
+    )
+
+
 def isolated_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """The environment for uv/pip: no index settings from the machine, keep TLS and caches."""
+    """The environment for uv/pip: no index settings from the machine; TLS, caches and the
+    ways uv and pip take credentials (NETRC, a keyring, UV_INDEX_<NAME>_USERNAME/_PASSWORD)
+    are kept."""
     env = {
         k: v
         for k, v in environ.items()
-        if k not in _LEAKY_ENV
-        and not (
-            k.startswith("UV_") and k not in ("UV_CACHE_DIR", "UV_NATIVE_TLS", "UV_HTTP_TIMEOUT")
-        )
+        if k not in _LEAKY_ENV and not (k.startswith("UV_") and not _uv_kept(k))
     }
     env["UV_PYTHON_DOWNLOADS"] = "never"  # uv must not fetch an interpreter to lock for one
     env["PIP_CONFIG_FILE"] = os.devnull  # pip.conf may add indexes/find-links/constraints

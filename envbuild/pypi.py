@@ -189,11 +189,16 @@ class Fetcher:
         accept: str | None = None,
         ttl_s: int | None = None,
         what: str = "",
+        check: Callable[[bytes], object] | None = None,
     ) -> Response:
-        """GET a whole body; `ttl_s=None` caches it for good (immutable files)."""
+        """GET a whole body; `ttl_s=None` caches it for good (immutable files). `check` judges
+        a body (raising SourceUnreachableError when it is not what was asked for): only a body
+        that passes it is cached, or served from the cache, so a bad answer (a maintenance
+        page, a truncated file, bytes that do not match their listed hash) is asked again next
+        time instead of being kept."""
         key = f"GET {url} {accept or ''}"
         cached = self._cache_get(key, ttl_s)
-        if cached is not None:
+        if cached is not None and _passes(check, cached):
             return Response(url, cached, from_cache=True)
         headers = {"Accept": accept} if accept else {}
         resp = self._get(url, headers, what=what or url)
@@ -203,6 +208,8 @@ class Fetcher:
                 hint="the index does not speak this API; point refresh at pypi.org",
                 fields={"url": url, "content_type": resp.headers.get("Content-Type", "")},
             )
+        if check is not None:
+            check(resp.content)
         self._cache_put(key, resp.content)
         return Response(url, resp.content)
 
@@ -237,6 +244,16 @@ class Fetcher:
         return body, int(total_text)
 
 
+def _passes(check: Callable[[bytes], object] | None, body: bytes) -> bool:
+    if check is None:
+        return True
+    try:
+        check(body)
+    except SourceUnreachableError:
+        return False
+    return True
+
+
 # -- PyPI -----------------------------------------------------------------------------------
 
 
@@ -246,25 +263,32 @@ def simple_project_url(project: str, *, index: str = PYPI_SIMPLE) -> str:
 
 def simple_project(fetcher: Fetcher, project: str, *, index: str = PYPI_SIMPLE) -> dict[str, Any]:
     """PEP 691 JSON of one project: {"name", "files": [...], "versions": [...], "meta"}."""
-    import json
-
     url = simple_project_url(project, index=index)
-    resp = fetcher.get(url, accept=PEP691_JSON, ttl_s=fetcher.index_ttl_s, what=f"PyPI ({project})")
-    try:
-        data = json.loads(resp.body)
-    except ValueError:
-        raise SourceUnreachableError(
-            f"PyPI sent invalid JSON for {project}",
-            hint="rerun; the cache entry was not kept",
-            fields={"url": url},
-        ) from None
-    if not isinstance(data, dict) or not isinstance(data.get("files"), list):
-        raise SourceUnreachableError(
-            f"PyPI's answer for {project} has no file list",
-            hint="rerun later",
-            fields={"url": url},
-        )
-    return data
+
+    def project_json(body: bytes) -> dict[str, Any]:
+        from envbuild.documents import DocumentError, json_loads
+
+        try:
+            data = json_loads(body)
+        except DocumentError:
+            raise SourceUnreachableError(
+                f"PyPI sent invalid JSON for {project}",
+                hint="rerun; the answer was not cached",
+                fields={"url": url},
+            ) from None
+        if not isinstance(data, dict) or not isinstance(data.get("files"), list):
+            raise SourceUnreachableError(
+                f"PyPI's answer for {project} has no file list",
+                hint="rerun later; the answer was not cached",
+                fields={"url": url},
+            )
+        return data
+
+    what = f"PyPI ({project})"
+    resp = fetcher.get(
+        url, accept=PEP691_JSON, ttl_s=fetcher.index_ttl_s, what=what, check=project_json
+    )
+    return project_json(resp.body)
 
 
 def wheel_metadata(fetcher: Fetcher, file: IndexFile) -> str:
@@ -273,14 +297,17 @@ def wheel_metadata(fetcher: Fetcher, file: IndexFile) -> str:
     if advertised:
         # PEP 658/714: the metadata file sits beside the wheel; its hash, when given, is checked.
         url = f"{file.url}.metadata"
-        resp = fetcher.get(url, ttl_s=None, what=f"{file.filename}.metadata")
         expected = advertised.get("sha256") if isinstance(advertised, Mapping) else None
-        if expected and hashlib.sha256(resp.body).hexdigest() != expected:
-            raise SourceUnreachableError(
-                f"{file.filename}.metadata does not match the hash the index lists",
-                hint="rerun with --no-cache; a proxy may have altered the file",
-                fields={"url": url},
-            )
+
+        def matches(body: bytes) -> None:
+            if expected and hashlib.sha256(body).hexdigest() != expected:
+                raise SourceUnreachableError(
+                    f"{file.filename}.metadata does not match the hash the index lists",
+                    hint="rerun; a proxy may have altered the file (it was not cached)",
+                    fields={"url": url},
+                )
+
+        resp = fetcher.get(url, ttl_s=None, what=f"{file.filename}.metadata", check=matches)
         return resp.body.decode("utf-8", errors="replace")
     body = read_wheel_member(fetcher, file.url, suffix=".dist-info/METADATA")
     return body.decode("utf-8", errors="replace")
@@ -419,7 +446,21 @@ def pytorch_index_page(fetcher: Fetcher, variant: str | None, project: str = "to
 
 def docker_hub_tags(fetcher: Fetcher, repo: str = "nvidia/cuda") -> tuple[str, list[str]]:
     """All tag names of a Docker Hub repository (paged through `next`); returns (url, tags)."""
-    import json
+    from envbuild.documents import DocumentError, json_loads
+
+    def tag_page(body: bytes) -> dict[str, Any]:
+        page: Any
+        try:
+            page = json_loads(body)
+        except DocumentError:
+            page = None
+        ok = isinstance(page, dict) and isinstance(page.get("results", []), list)
+        if not ok or not all(isinstance(r, dict) for r in page.get("results", [])):
+            raise SourceUnreachableError(
+                f"Docker Hub sent no tag list for {repo}", hint="rerun later", fields={"url": url}
+            )
+        result: dict[str, Any] = page
+        return result
 
     first = DOCKER_HUB_TAGS.format(repo=repo)
     url: str | None = first
@@ -427,15 +468,13 @@ def docker_hub_tags(fetcher: Fetcher, repo: str = "nvidia/cuda") -> tuple[str, l
     for _ in range(MAX_TAG_PAGES):
         if url is None:
             break
-        resp = fetcher.get(url, ttl_s=fetcher.index_ttl_s, what=f"Docker Hub ({repo})")
-        try:
-            page = json.loads(resp.body)
-        except ValueError:
-            raise SourceUnreachableError(
-                f"Docker Hub sent invalid JSON for {repo}", hint="rerun later", fields={"url": url}
-            ) from None
+        what = f"Docker Hub ({repo})"
+        resp = fetcher.get(url, ttl_s=fetcher.index_ttl_s, what=what, check=tag_page)
+        page = tag_page(resp.body)
         tags.extend(str(r["name"]) for r in page.get("results", []) if "name" in r)
         url = page.get("next") or None
+        if url is not None and not str(url).startswith("https://hub.docker.com/"):
+            url = None  # a `next` elsewhere is not Docker Hub's tag list
     return first, sorted(set(tags))
 
 

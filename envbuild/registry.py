@@ -20,6 +20,11 @@ _MANIFEST_TYPES = ", ".join(
 )
 
 
+MAX_MANIFEST_BYTES = 4 << 20
+"""The distribution spec lets registries refuse manifests over 4 MiB; a bigger answer is not a
+manifest worth pinning."""
+
+
 def split_ref(ref: str) -> tuple[str, str, str]:
     """ "nvidia/cuda:12.8.1-base-ubuntu24.04" -> (registry, repository, tag); Docker Hub rules."""
     name, _, tag = ref.rpartition(":") if ":" in ref.split("/")[-1] else (ref, "", "latest")
@@ -109,7 +114,7 @@ def registry_digest(ref: str, *, timeout: float = 5.0, retries: int = 2) -> str 
             continue  # a plain-HTTP registry on this machine: try http
         except (requests.RequestException, ValueError):
             return None
-        if resp is None or resp.status_code != 200:
+        if resp is None or resp.status_code != 200 or len(resp.content) > MAX_MANIFEST_BYTES:
             return None
         return verified_digest(ref, resp.content, resp.headers.get("Docker-Content-Digest", ""))
     return None
@@ -128,9 +133,26 @@ def _get_manifest(session: Any, url: str, repo: str, timeout: float) -> Any:
     if not realm or not challenge.lower().startswith("bearer"):
         return None
     params.setdefault("scope", f"repository:{repo}:pull")
-    tok = session.get(realm, params=params, timeout=timeout).json()
-    headers["Authorization"] = f"Bearer {tok.get('token') or tok.get('access_token')}"
+    token = _token(session.get(realm, params=params, timeout=timeout).content)
+    if token is None:
+        return None
+    headers["Authorization"] = f"Bearer {token}"
     return session.get(url, headers=headers, timeout=timeout)
+
+
+def _token(body: bytes) -> str | None:
+    """The bearer token of a token endpoint's answer: a JSON object with a string `token` or
+    `access_token` (distribution spec, "Token Response Fields"); None for anything else."""
+    from envbuild.documents import DocumentError, json_loads
+
+    try:
+        answer = json_loads(body)
+    except DocumentError:
+        return None
+    if not isinstance(answer, dict):
+        return None
+    token = answer.get("token") or answer.get("access_token")
+    return token if isinstance(token, str) and token.isprintable() else None
 
 
 # --- pushing (the engine pushes; here: names and what its refusals mean) ---------------------

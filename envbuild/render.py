@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envbuild import resources, smoke
+from envbuild import project as project_keys
+from envbuild import resources, smoke, sourcetree
 from envbuild.errors import UserError
-from envbuild.locations import is_remote
+from envbuild.locations import is_direct_url, is_remote
 from envbuild.lockfile import dumps, lock_sha256
 from envbuild.models import FRAMEWORK_FLAVOUR, OS_NAME_RE, PYTHON_VERSION_RE
 
@@ -218,14 +219,22 @@ def render_options(inputs: BuildInputs) -> RenderOptions:
     )
 
 
+MAX_CA_CERT = 4 << 20
+"""A CA bundle is a few hundred kB (Debian's whole ca-certificates.crt is about 220 kB)."""
+
+
 def read_ca_cert(path: Path) -> bytes:
-    """The bytes of a --ca-cert file (thin I/O; `check_options` checks they are PEM)."""
+    """The bytes of a --ca-cert file (thin I/O; `check_options` checks they are PEM): a regular
+    file of at most MAX_CA_CERT bytes (a FIFO or /dev/zero is refused before reading)."""
+    from envbuild.fsio import read_input
+
     try:
-        return path.read_bytes()
-    except OSError as exc:
+        return read_input(path, what="the CA certificate", limit=MAX_CA_CERT)
+    except FileNotFoundError:
         raise UserError(
-            f"cannot read the CA certificate {path}: {exc.strerror}",
+            f"cannot read the CA certificate {path}: no such file",
             hint="pass the proxy CA's PEM file, e.g. --ca-cert /usr/local/share/ca-certificates/proxy.crt",
+            fields={"file": str(path)},
         ) from None
 
 
@@ -289,7 +298,9 @@ def _index_args(lock: Lock, options: RenderOptions) -> list[str]:
     # from a local wheelhouse) cost ~75 s of pip retries on a host that cannot reach it
     # (benchmarks/RESULTS.md section 4).
     extras = list(lock.indexes.extra_index_urls)
-    extras += sorted({p.source for p in lock.packages if is_remote(p.source)})
+    extras += sorted(
+        {p.source for p in lock.packages if is_remote(p.source) and not is_direct_url(p.source)}
+    )
     for url in extras:
         url = check_url(url, "extra index URL")
         if url not in seen:
@@ -363,6 +374,8 @@ def template_values(
         "source": options.source,
         "lock_sha256": lock_sha256(text),
         "envbuild_template": base["template"],
+        # The project's code, its install and the image's command (envbuild/project.py).
+        **project_keys.template_values(lock.project),
     }
 
 
@@ -467,7 +480,75 @@ def _base_values(lock: Lock, options: RenderOptions) -> dict[str, Any]:
 # --- rendering ------------------------------------------------------------------------------
 
 
-def _environment(template_dir: Path | None) -> Any:
+# Limits of a render: a folder's Dockerfile.j2 is code from whoever wrote the folder, so it runs
+# in Jinja2's immutable sandbox (https://jinja.palletsprojects.com/en/stable/sandbox/: no
+# attribute walk to os, no mutation of the values) and within these bounds.
+MAX_OUTPUT = 1 << 20
+"""Characters a render may produce (the shipped Dockerfiles are about 5 kB)."""
+MAX_LOOP_STEPS = 100_000
+"""range() steps one render may take, all loops together."""
+_BIG_WIDTH = re.compile(r"[0-9]{7,}")  # a format width of a million characters or more
+
+
+def _sandbox() -> Any:
+    """The sandboxed environment class, with the limits above (jinja2 imported lazily)."""
+    from jinja2.exceptions import SecurityError
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    class Sandbox(ImmutableSandboxedEnvironment):
+        intercepted_binops = frozenset({"*", "**", "%"})
+
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self.steps = 0
+            self.globals.pop("lipsum", None)  # lipsum(n) writes n paragraphs
+            self.globals["range"] = self.range
+
+        def range(self, *args: int) -> Any:
+            for step in range(*args):
+                self.steps += 1
+                if self.steps > MAX_LOOP_STEPS:
+                    raise SecurityError(f"more than {MAX_LOOP_STEPS} range() steps")
+                yield step
+
+        def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+            problem = _binop_problem(operator, left, right)
+            if problem:
+                raise SecurityError(problem)
+            return super().call_binop(context, operator, left, right)
+
+        def call(self, context: Any, obj: Any, *args: Any, **kwargs: Any) -> Any:
+            values = [*args, *kwargs.values()]
+            if any(isinstance(v, int) and abs(v) > MAX_OUTPUT for v in values):
+                raise SecurityError("a call with a number larger than the output limit")
+            if getattr(obj, "__name__", "") in ("format", "format_map") and any(
+                isinstance(s, str) and _BIG_WIDTH.search(s)
+                for s in (getattr(obj, "__self__", None), *values)
+            ):
+                raise SecurityError("a format width of a million characters or more")
+            return super().call(context, obj, *args, **kwargs)
+
+    return Sandbox
+
+
+def _binop_problem(operator: str, left: Any, right: Any) -> str:
+    """Why `left OPERATOR right` would blow the limits in a template ("" when it would not)."""
+    if operator == "*":
+        for seq, n in ((left, right), (right, left)):
+            sized = isinstance(seq, str | list | tuple) and isinstance(n, int)
+            if sized and len(seq) * n > MAX_OUTPUT:
+                return f"a sequence repeated {n} times"
+    ints = isinstance(left, int) and isinstance(right, int)
+    if operator == "**" and ints and abs(left) > 1 and right * abs(left).bit_length() > 4096:
+        return f"{left} ** {right} is too large"
+    if operator == "%" and isinstance(left, str) and _BIG_WIDTH.search(left):
+        return "a format width of a million characters or more"
+    return ""
+
+
+def _environment(user_template: str | None) -> Any:
+    """The render environment: the built-in templates, and the folder's Dockerfile.j2 source
+    (already read) when there is one; sandboxed either way."""
     import jinja2
 
     builtin = jinja2.PrefixLoader(
@@ -475,9 +556,9 @@ def _environment(template_dir: Path | None) -> Any:
     )
     # Built-ins first: an image folder cannot shadow "envbuild/..." templates.
     loaders: list[jinja2.BaseLoader] = [builtin]
-    if template_dir is not None:
-        loaders.append(jinja2.FileSystemLoader(str(template_dir)))
-    return jinja2.Environment(
+    if user_template is not None:
+        loaders.append(jinja2.DictLoader({USER_TEMPLATE: user_template}))
+    return _sandbox()(
         loader=jinja2.ChoiceLoader(loaders),
         undefined=jinja2.StrictUndefined,
         autoescape=False,  # Dockerfile text, not HTML; values are validated instead
@@ -485,6 +566,42 @@ def _environment(template_dir: Path | None) -> Any:
         lstrip_blocks=True,
         keep_trailing_newline=True,
     )
+
+
+def _user_template(template_dir: Path | None) -> str | None:
+    """The folder's Dockerfile.j2 as text (read as an input file: no FIFO, no device, no
+    folder, at most MAX_OUTPUT bytes), or None."""
+    if template_dir is None:
+        return None
+    from envbuild.fsio import read_input
+
+    path = template_dir / USER_TEMPLATE
+    try:
+        data = read_input(path, what="the template", limit=MAX_OUTPUT)
+    except FileNotFoundError:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(
+            f"the template {path} is not UTF-8 (byte {exc.start})",
+            hint=f"save {path} as UTF-8",
+            fields={"template": str(path)},
+        ) from None
+
+
+def _generate(template: Any, values: dict[str, Any]) -> str:
+    """The rendered text, stopped past MAX_OUTPUT characters."""
+    from jinja2.exceptions import SecurityError
+
+    parts: list[str] = []
+    size = 0
+    for chunk in template.generate(values):
+        size += len(chunk)
+        if size > MAX_OUTPUT:
+            raise SecurityError(f"the output passed {MAX_OUTPUT} characters")
+        parts.append(chunk)
+    return "".join(parts)
 
 
 def _tidy(text: str) -> str:
@@ -518,18 +635,32 @@ def render_dockerfile(
         lock_text=lock_text,
         default_name=template_dir.name if template_dir is not None else "",
     )
-    env = _environment(template_dir)
+    user_template = _user_template(template_dir)
+    env = _environment(user_template)
     entry = where = values["envbuild_template"]
-    if template_dir is not None and (template_dir / USER_TEMPLATE).is_file():
+    if user_template is not None and template_dir is not None:
         entry, where = USER_TEMPLATE, str(template_dir / USER_TEMPLATE)
     try:
-        text: str = env.get_template(entry).render(values)
+        text = _generate(env.get_template(entry), values)
+    except jinja2.exceptions.SecurityError as exc:
+        raise UserError(
+            f"template {where} does something the sandbox does not allow: {exc}",
+            hint="a Dockerfile.j2 may use the values, blocks, loops and filters, but not "
+            "Python internals, and renders at most 1 MiB with 100000 loop steps",
+            fields={"template": where},
+        ) from None
     except jinja2.TemplateError as exc:
         line = getattr(exc, "lineno", None)
         raise UserError(
             f"template {where} failed: {exc.message or type(exc).__name__}"
             + (f" (line {line})" if line else ""),
             hint="fix the template; it may `{% extends envbuild_template %}` and override blocks",
+            fields={"template": where},
+        ) from None
+    except (MemoryError, RecursionError, OverflowError) as exc:
+        raise UserError(
+            f"template {where} does not render within the limits ({type(exc).__name__})",
+            hint="a Dockerfile.j2 renders at most 1 MiB; check its loops and recursion",
             fields={"template": where},
         ) from None
     return _tidy(text)
@@ -554,10 +685,16 @@ def _packages(lock: Lock) -> list[tuple[str, str, list[str]]]:
 
 
 def requirements_text(lock: Lock) -> str:
-    """`name==version --hash=sha256:...` for every locked package (pip hash-checking mode)."""
+    """`name==version --hash=sha256:...` for every locked package (pip hash-checking mode); a
+    direct-URL package as `name @ URL --hash=...` (its file, not an index, holds it)."""
     lines = [f"# {lock.name}: installed with pip --require-hashes --no-deps (from envbuild.lock)"]
+    direct = {
+        p.name: check_url(p.source, f"URL of {p.name}")
+        for p in lock.packages
+        if is_remote(p.source) and is_direct_url(p.source)
+    }
     for name, version, hashes in _packages(lock):
-        lines.append(f"{name}=={version} \\")
+        lines.append(f"{name} @ {direct[name]} \\" if name in direct else f"{name}=={version} \\")
         lines += [f"    --hash={h} \\" for h in hashes[:-1]]
         lines.append(f"    --hash={hashes[-1]}")
     return "\n".join(lines) + "\n"
@@ -632,6 +769,8 @@ def build_context(
         files[CA_CONTEXT_PATH] = options.ca_cert
     if options.find_links is not None:
         files.update(_wheel_files(options.find_links))
+    if lock.project is not None:
+        files.update(sourcetree.context_files(lock.project, image_dir))
     return dict(sorted(files.items()))
 
 

@@ -10,18 +10,14 @@ escaped (repo2docker had to escape them after the fact: jupyterhub/repo2docker#1
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import hashlib
 import json
 import re
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.utils import canonicalize_name
 
 from envbuild.errors import RequestError, UserError
 from envbuild.models import (
@@ -58,7 +54,18 @@ SCHEMA: dict[str, dict[str, str]] = {
         "base": "string",
     },
     "framework": {"requirement": "string", "cuda": "string"},
-    "packages": {"requirements": "array of strings"},
+    "packages": {
+        "requirements": "array of strings",
+        "files": "array of strings",
+        "extras": "array of strings",
+        "groups": "array of strings",
+    },
+    "project": {
+        "path": "string",
+        "install": "boolean",
+        "command": "string or array of strings",
+        "ignore": "array of strings",
+    },
     "targets": {"gpus": "array of strings", "driver": "string", "compat": "string"},
     "indexes": {
         "index_url": "string",
@@ -70,12 +77,14 @@ SCHEMA: dict[str, dict[str, str]] = {
         "timeout_s": "integer",
         "steps": "integer",
         "min_shm_mib": "integer",
+        "command": "string or array of strings",
     },
 }
 
 COMPAT = COMPAT_POLICIES
 # Docker repository path component rules (distribution/reference grammar), lower case.
 _NAME_RE = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*$")
+_NAME_MAX = 128  # render's limit for the image name (a Docker repository path component)
 # Quotes, backslashes, backticks, '$' and control characters break Dockerfile/shell quoting.
 # C0/C1 controls and Unicode line/paragraph separators too: each breaks a line somewhere.
 _BAD_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\"'`\\$]")
@@ -207,8 +216,27 @@ def _type_name(value: Any) -> str:
     }.get(type(value), type(value).__name__)
 
 
+def without_credentials(url: str) -> str:
+    """URL without its userinfo (`https://user:token@host/x` -> `https://host/x`)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
 def _url(path: str, table: str, key: str, value: str, *, paths_ok: bool) -> str:
     if value.startswith(_URL_SCHEMES):
+        value = without_credentials(value)
+        if value.startswith(("http://", "https://")):
+            # The same allow-list render applies: what lock accepts, render renders.
+            from envbuild.render import check_url
+
+            try:
+                check_url(value, f"[{table}] {key}")
+            except UserError as exc:
+                raise _fail(path, table, key, exc.message, exc.hint) from None
         return value
     if "://" in value or (not paths_ok and ":" in value):
         raise _fail(
@@ -252,6 +280,22 @@ def _requirement(path: str, table: str, key: str, text: str) -> Requirement:
             f"{text!r} points at {req.url!r}, which is not an http(s):// or file:// URL",
             "use an https:// or file:// URL to a wheel, or a plain name with a version range",
         )
+    if req.url is not None and without_credentials(req.url) != req.url:
+        raise _fail(
+            path,
+            table,
+            key,
+            f"the URL of {req.name} carries credentials",
+            "remove them from the URL; uv and pip take them from ~/.netrc (NETRC) or a keyring",
+        )
+    if req.url is not None and req.url.startswith(("http://", "https://")):
+        # The build installs it from this URL: the same allow-list render applies.
+        from envbuild.render import check_url
+
+        try:
+            check_url(req.url, f"the URL of {req.name}")
+        except UserError as exc:
+            raise _fail(path, table, key, exc.message, exc.hint) from None
     if req.marker is not None:
         raise _fail(
             path,
@@ -281,21 +325,17 @@ def parse_request(data: bytes, *, path: str, default_name: str = "") -> Request:
 
 
 def toml_loads(text: str) -> dict[str, Any]:
-    """Parse TOML for reading only: the standard library's tomllib where it exists (Python
-    >= 3.11; about 20x faster than tomlkit on a lock with hundreds of hashes, which keeps
-    `lock --check` in milliseconds), tomlkit on 3.10. Raises ValueError on bad TOML."""
-    if sys.version_info >= (3, 11):
-        import tomllib
+    """Parse TOML for reading only (`envbuild.documents.toml_loads`: tomllib, a nesting limit).
+    Raises ValueError on bad or too deeply nested TOML."""
+    from envbuild.documents import toml_loads as loads
 
-        return tomllib.loads(text)
-    import tomlkit  # lazy: the CLI must start without it
-    from tomlkit.exceptions import ParseError
+    return loads(text)
 
-    try:
-        data: dict[str, Any] = tomlkit.parse(text).unwrap()
-    except ParseError as exc:
-        raise ValueError(str(exc)) from None
-    return data
+
+def _close_matches(word: str, choices: Any, n: int = 1) -> list[str]:
+    import difflib  # only for a typo: `resolve` and `lock` start without it
+
+    return difflib.get_close_matches(word, choices, n=n)
 
 
 def _parse_toml(text: str, *, path: str) -> dict[str, Any]:
@@ -312,12 +352,16 @@ def _parse_toml(text: str, *, path: str) -> dict[str, Any]:
 def request_from_mapping(doc: Mapping[str, Any], *, path: str, default_name: str = "") -> Request:
     """Validate a parsed request table (pure): the TOML shape and types here, then the rules
     every request obeys (`check_request`, shared with `resolve`'s flags)."""
+    from envbuild import project  # its key parsers use this module's helpers
+
     _check_tables(doc, path)
     framework, cuda = _framework_table(doc.get("framework", {}), path)
     request = Request(
         framework=framework,
         cuda=cuda,
         packages=_packages_table(doc.get("packages", {}), path, framework),
+        dependency_files=project.dependency_files(doc.get("packages", {}), path),
+        project=project.project_table(doc.get("project"), path),
         indexes=_indexes_table(doc.get("indexes", {}), path),
         smoke=_smoke_table(doc.get("smoke", {}), path),
         **_image_table(doc.get("image", {}), path, default_name),
@@ -330,7 +374,7 @@ def _check_tables(doc: Mapping[str, Any], path: str) -> None:
     """Only the tables and keys of SCHEMA, each table a table."""
     for table, body in doc.items():
         if table not in SCHEMA:
-            close = difflib.get_close_matches(table, SCHEMA, n=1)
+            close = _close_matches(table, SCHEMA, n=1)
             maybe = f"did you mean [{close[0]}]? " if close else ""
             raise RequestError(
                 f"{path}: unknown table or key {table!r} at the top level",
@@ -345,7 +389,7 @@ def _check_tables(doc: Mapping[str, Any], path: str) -> None:
             )
         for key in body:
             if key not in SCHEMA[table]:
-                close = difflib.get_close_matches(key, SCHEMA[table], n=1)
+                close = _close_matches(key, SCHEMA[table], n=1)
                 maybe = f"did you mean {close[0]!r}? " if close else ""
                 raise _fail(
                     path,
@@ -359,12 +403,13 @@ def _check_tables(doc: Mapping[str, Any], path: str) -> None:
 def _image_table(image: Mapping[str, Any], path: str, default_name: str) -> dict[str, Any]:
     """[image] as Request keyword arguments (types and the image name; the rest: check_request)."""
     name = _str(path, "image", "name", image["name"]) if "name" in image else default_name
-    if not _NAME_RE.match(name):
+    if not _NAME_RE.match(name) or len(name) > _NAME_MAX:
         raise _fail(
             path,
             "image",
             "name",
-            f"{name!r} is not a valid image name",
+            f"{name!r} is not a valid image name"
+            + (f" (longer than {_NAME_MAX} characters)" if len(name) > _NAME_MAX else ""),
             'write lower-case letters, digits and single ".", "_" or "-" between them, '
             'for example name = "torch-train"',
         )
@@ -433,6 +478,9 @@ def _packages_table(pk: Mapping[str, Any], path: str, framework: str) -> tuple[s
     """[packages] requirements: valid, not the framework, one line per package."""
     if "requirements" not in pk:
         return ()
+    # packaging.utils imports packaging.tags (logging, sysconfig): only files need it.
+    from packaging.utils import canonicalize_name
+
     packages = _str_list(path, "packages", "requirements", pk["requirements"])
     seen: dict[str, str] = {}
     fw_name = canonicalize_name(_requirement(path, "framework", "requirement", framework).name)
@@ -477,10 +525,22 @@ def _indexes_table(ix: Mapping[str, Any], path: str) -> Indexes:
     if "index_url" in ix:
         text = _str(path, "indexes", "index_url", ix["index_url"])
         index_url = _url(path, "indexes", "index_url", text, paths_ok=False)
+    extra = urls("extra_index_urls", paths_ok=False)
+    find_links = urls("find_links", paths_ok=True)
+    # Credentials in a URL would reach the committed lock, uv's command line and every message:
+    # they were dropped above (`_url`), and `lock` says how uv takes them instead.
+    raw = {"index_url": [ix.get("index_url")]}
+    raw.update({k: list(ix.get(k, [])) for k in ("extra_index_urls", "find_links")})
+    with_credentials = tuple(
+        key
+        for key, values in raw.items()
+        if any(isinstance(v, str) and without_credentials(v) != v for v in values)
+    )
     return Indexes(
         index_url=index_url,
-        extra_index_urls=urls("extra_index_urls", paths_ok=False),
-        find_links=urls("find_links", paths_ok=True),
+        extra_index_urls=extra,
+        find_links=find_links,
+        credentials_removed=with_credentials,
     )
 
 
@@ -499,6 +559,11 @@ def _smoke_table(sm: Mapping[str, Any], path: str) -> SmokeSettings:
         key: _int(path, "smoke", key, sm.get(key, defaults[key]), minimum=low, maximum=high)
         for key, (low, high) in _SMOKE_RANGES.items()
     }
+    if "command" in sm:
+        from envbuild.project import command_value
+
+        command = command_value(path, "smoke", "command", sm["command"])
+        return SmokeSettings(**values, command=command)
     return SmokeSettings(**values)
 
 
@@ -542,7 +607,10 @@ def check_request(request: Request, origin: RequestOrigin = FLAGS) -> Request:
     _check_vocabulary(request, origin)
     _check_ranges(request, origin)
     if request.base is not None:
+        from envbuild.project import check_project_request
+
         _check_framework_base(request, origin)
+        check_project_request(request, origin)
     if request.device == "cpu":
         _check_cpu(request, origin)
     elif request.flavour == "cpu":
@@ -651,7 +719,7 @@ def _check_choice(
 ) -> None:
     if value in choices:
         return
-    close = difflib.get_close_matches(value.lower(), choices, n=1)
+    close = _close_matches(value.lower(), choices, n=1)
     maybe = f"did you mean {close[0]!r}? " if close else ""
     raise origin.fail(
         table,
@@ -790,19 +858,15 @@ def load_request(image_dir: Path) -> Request:
             hint=f"create {path} (see docs/request.md), or pass the folder that holds it",
             fields={"file": str(path)},
         )
+    from envbuild.fsio import read_input
+
     try:
-        data = path.read_bytes()
+        data = read_input(path, what="the request")
     except FileNotFoundError:
         raise RequestError(
             f"{path}: no request file",
             hint=f'create {path} with at least [framework] requirement = "torch" '
             "(see docs/request.md)",
-            fields={"file": str(path)},
-        ) from None
-    except OSError as exc:
-        raise RequestError(
-            f"{path}: cannot read it ({exc.strerror})",
-            hint="check the file's permissions",
             fields={"file": str(path)},
         ) from None
     return parse_request(data, path=str(path), default_name=_default_name(image_dir))
@@ -827,6 +891,8 @@ def _non_default(obj: Any) -> Any:
     out: dict[str, Any] = {}
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name)
+        if f.metadata.get("hashed") is False:
+            continue
         if f.default is not dataclasses.MISSING and value == f.default:
             continue
         if f.default_factory is not dataclasses.MISSING and value == f.default_factory():
@@ -841,4 +907,6 @@ def canonical_request_json(request: Request) -> str:
 
 
 def request_hash(request: Request) -> str:
+    import hashlib  # here: its OpenSSL start-up is a visible part of a short command's time
+
     return "sha256:" + hashlib.sha256(canonical_request_json(request).encode()).hexdigest()

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from envbuild.cudawheels import cuda_libs
+from envbuild.documents import DocumentError, json_loads, printable, printable_data
 from envbuild.errors import SmokeFailed
 from envbuild.matrix import Matrix
 from envbuild.models import Lock, SmokeSettings
@@ -37,6 +38,21 @@ MIN_FREE_MIB = {1: 512, 2: 4096}
 COLLECTIVE_TIMEOUT_S = 60
 REQUIRED_TIER1 = ("gpu-visible", "cuda-build", "driver-floor", "shm")
 REQUIRED_TIER2 = ("loss-falling", "grads")
+
+
+# Host variables a smoke container inherits: NCCL's own settings (a node whose NVLink multicast
+# must stay off runs with NCCL_NVLS_ENABLE=0; a NIC choice is NCCL_SOCKET_IFNAME), as the
+# variables are listed in https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html.
+PASSTHROUGH_PREFIXES = ("NCCL_", "TORCH_NCCL_", "NVSHMEM_")
+
+
+def passthrough_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The NCCL settings of the invoking environment, for the smoke container (sorted)."""
+    return {
+        key: environ[key]
+        for key in sorted(environ)
+        if key.startswith(PASSTHROUGH_PREFIXES) and "\n" not in environ[key]
+    }
 
 
 def kill_after_s(timeout_s: int) -> int:
@@ -173,6 +189,7 @@ def plan(
             gpu=b.gpu,
             bf16_tflops=b.bf16_tflops,
             mem_bw_tbs=b.mem_bw_tbs,
+            nvlink_busbw_gbs=b.nvlink_busbw_gbs,
             confidence=b.confidence,
             source=b.source,
         )
@@ -223,8 +240,8 @@ def parse_report(stdout: str) -> dict[str, Any]:
             fields={"stdout_tail": tail},
         )
     try:
-        report = json.loads(line[len(prefix) :])
-    except json.JSONDecodeError as exc:
+        report = json_loads(line[len(prefix) :])
+    except DocumentError as exc:
         raise SmokeFailed(
             f"the smoke report is not JSON: {exc}",
             hint="the payload's output was cut or mixed with other output; rerun it",
@@ -232,10 +249,44 @@ def parse_report(stdout: str) -> dict[str, Any]:
     problem = _schema_problem(report)
     if problem:
         raise SmokeFailed(
-            f"the smoke report is malformed: {problem}",
+            f"the smoke report is malformed: {printable(problem)}",
             hint="the payload and envbuild are different versions: rebuild the image",
         )
-    return dict(report)
+    # Check names, figures and hints come from inside the image: what reaches a terminal is
+    # made printable here, once (docs/reliability.md).
+    return dict(printable_data(report))
+
+
+# The report's fields envbuild reads, and their JSON types (SmokeReport in payload/smoke_checks):
+# anything else is "malformed" (exit 6), never a crash of the judge.
+_REPORT_TYPES: dict[str, tuple[type, ...]] = {
+    "framework": (str, type(None)),
+    "device": (str,),
+    "tier": (int,),
+    "allow_cpu": (bool,),
+    "host": (dict,),
+    "versions": (dict,),
+    "timings": (dict,),
+    "metrics": (dict,),
+    "errors": (list,),
+}
+_CHECK_TYPES: dict[str, tuple[type, ...]] = {
+    "tier": (int,),
+    "figure": (str,),
+    "hint": (str,),
+}
+
+
+def _wrong_type(table: Any, types: Mapping[str, tuple[type, ...]]) -> str | None:
+    for key, allowed in types.items():
+        if key not in table:
+            continue
+        value = table[key]
+        if isinstance(value, bool) and bool not in allowed:  # JSON true is not a tier
+            return key
+        if not isinstance(value, allowed):
+            return key
+    return None
 
 
 def _schema_problem(report: Any) -> str:
@@ -245,6 +296,21 @@ def _schema_problem(report: Any) -> str:
         return f"schema {report.get('schema')!r}, expected {ck.REPORT_SCHEMA}"
     if not isinstance(report.get("ok"), bool):
         return "'ok' is not a boolean"
+    key = _wrong_type(report, _REPORT_TYPES)
+    if key is not None:
+        return f"{key!r} is a {type(report[key]).__name__}"
+    for part, inner in (("host", "gpus"), ("metrics", "framework_gpus")):
+        items = report.get(part, {}).get(inner)
+        if items is not None and (
+            not isinstance(items, list) or not all(isinstance(g, dict) for g in items)
+        ):
+            return f"'{part}.{inner}' is not a list of objects"
+    versions = report.get("versions", {})
+    if not all(isinstance(v, dict) for v in versions.values()):
+        return "'versions' holds a value that is not an object"
+    seconds = report.get("timings", {}).get("total_s")
+    if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, int | float)):
+        return "'timings.total_s' is not a number"
     checks = report.get("checks")
     if not isinstance(checks, list):
         return "'checks' is not a list"
@@ -253,6 +319,55 @@ def _schema_problem(report: Any) -> str:
             return "a check has no name"
         if c.get("status") not in ck.STATUSES:
             return f"check {c.get('name')!r} has status {c.get('status')!r}"
+        key = _wrong_type(c, _CHECK_TYPES)
+        if key is not None:
+            return f"check {c.get('name')!r}: {key!r} is a {type(c[key]).__name__}"
+    return ""
+
+
+# The plan's fields and their JSON types (SmokePlan in payload/smoke_checks): a plan file is
+# user input (`envbuild smoke --plan FILE`), so a wrong type is exit 2 naming the field.
+_PLAN_TYPES: dict[str, tuple[type, ...]] = {
+    "schema": (int,),
+    "name": (str,),
+    "input_hash": (str, type(None)),
+    "framework": (str,),
+    "tier": (int,),
+    "allow_cpu": (bool,),
+    "steps": (int,),
+    "timeout_s": (int,),
+    "min_shm_mib": (int,),
+    "min_free_mib": (int,),
+    "driver_floor": (str, type(None)),
+    "expect": (dict,),
+    "locked_archs": (list,),
+    "baselines": (list,),
+    "floor_ratio": (int, float),
+    "multi_gpu": (bool,),
+    "collective_timeout_s": (int,),
+    "precision": (str,),
+}
+
+
+def plan_problem(plan: Any) -> str:
+    """What is wrong with a plan read from a file ("" when nothing): its shape and the types of
+    the fields envbuild and the payload read (pure)."""
+    if not isinstance(plan, dict):
+        return "not a JSON object"
+    key = _wrong_type(plan, _PLAN_TYPES)
+    if key is not None:
+        return f"{key} is {json.dumps(plan[key])[:60]}, not {_PLAN_TYPES[key][0].__name__}"
+    if "tier" in plan and plan["tier"] not in (1, 2):
+        return f"tier is {plan['tier']}, not 1 or 2"
+    if "timeout_s" in plan and not 1 <= plan["timeout_s"] <= 86400:
+        return f"timeout_s is {plan['timeout_s']}, not 1 to 86400"
+    expect = plan.get("expect", {})
+    if not all(isinstance(v, str) for v in expect.values()):
+        return "expect holds a version that is not a string"
+    if not all(isinstance(b, dict) for b in plan.get("baselines", [])):
+        return "baselines holds an entry that is not an object"
+    if not all(isinstance(a, str) for a in plan.get("locked_archs", [])):
+        return "locked_archs holds an entry that is not a string"
     return ""
 
 

@@ -223,5 +223,6 @@ def prepare(
         base_image=build_inputs.base_image or locked_base,
         keep_failed=request.keep_failed,
         gpu=request.gpu,
+        smoke_command=lock.smoke.command,
     )
     return job, make_judge(plan)

@@ -30,9 +30,26 @@ def load_fresh_text(
     request = load_request(image_dir)
     text = read_lock_text(image_dir)
     matrix = matrix_data.load_matrix_from(matrix_overlay)
-    lock = check_fresh(request, text, matrix.fingerprints(), image_dir=image_dir)
+    lock = check_fresh(
+        request,
+        text,
+        matrix.fingerprints(),
+        image_dir=image_dir,
+        files=project_files(image_dir, request),
+    )
     assert text is not None  # check_fresh refuses a missing lock
     return request, lock, text
+
+
+def project_files(image_dir: Path, request: Request) -> tuple[tuple[str, str], ...]:
+    """(path, sha256) of the project files the lock of `request` reads; () without any (and
+    without importing the project readers, which `lock --check` of other images never needs)."""
+    installs = request.project is not None and request.project.install
+    if not request.dependency_files.files and not installs:
+        return ()
+    from envbuild import projectdeps
+
+    return projectdeps.input_files(image_dir, request)
 
 
 def load_fresh(image_dir: Path, *, matrix_overlay: Path | None = None) -> tuple[Request, Lock]:

@@ -24,17 +24,19 @@ from packaging.utils import (
 )
 
 from envbuild import matrix as matrix_data
-from envbuild.app import inputs
+from envbuild.app import inputs, project_lock
 from envbuild.app.base_lock import lock_framework_base
 from envbuild.engine import ContainerEngine
 from envbuild import pydeps, registry, resolver
 from envbuild.archs import ArchRules, cc_tuple, coverage
 from envbuild.cudawheels import cuda_libs
-from envbuild.errors import LockError, MatrixError, PinError, UnsatisfiableError
+from envbuild.errors import LockError, MatrixError, PinError, UnsatisfiableError, UserError
 from envbuild.fsio import write_if_changed
-from envbuild.locations import is_remote, local_path, resolve_local
+from envbuild.locations import is_direct_url, is_remote, local_path, resolve_local
 from envbuild.lockfile import (
+    body_edited,
     check_fresh,
+    check_schema,
     dumps,
     input_hash,
     loads,
@@ -42,9 +44,17 @@ from envbuild.lockfile import (
     read_lock_text,
     regenerate_command,
     row_fingerprints,
+    schema_version_of,
 )
 from envbuild.matrix import Matrix
-from envbuild.models import Lock, LockedPackage, Request, Stack, Unsatisfiable
+from envbuild.models import (
+    LOCK_SCHEMA_VERSION,
+    Lock,
+    LockedPackage,
+    Request,
+    Stack,
+    Unsatisfiable,
+)
 from envbuild.request import load_request, request_hash
 from envbuild.versions import major_minor
 
@@ -90,7 +100,13 @@ def check_image(image_dir: Path, *, matrix_overlay: Path | None = None) -> LockO
     request = load_request(image_dir)
     text = read_lock_text(image_dir)
     matrix = matrix_data.load_matrix_from(matrix_overlay)
-    fresh = check_fresh(request, text, matrix.fingerprints(), image_dir=image_dir)
+    fresh = check_fresh(
+        request,
+        text,
+        matrix.fingerprints(),
+        image_dir=image_dir,
+        files=inputs.project_files(image_dir, request),
+    )
     assert text is not None  # check_fresh raised otherwise
     return LockOutcome(path=lock_path(image_dir), status="fresh", lock=fresh, text=text)
 
@@ -124,31 +140,44 @@ def lock_image(
         status = "written" if written else "unchanged"
         return LockOutcome(lock_path(image_dir), status, lock, text, notes, tool)
     upgrade_set = {canonicalize_name(n) for n in upgrade_packages}
-    previous = _previous_lock(image_dir)
+    previous, not_kept = read_previous(image_dir)
     kept = None if upgrade else previous  # the picks --upgrade does not keep
     matrix = matrix_data.load_matrix_from(matrix_overlay)
-    stack = _resolve_keeping(request, matrix, kept, upgrade_set)
+    project = project_lock.read_inputs(image_dir, request)  # [packages] files, build backend
+    stack = project_lock.resolve(
+        request, project, lambda r: _resolve_keeping(r, matrix, kept, upgrade_set)
+    )
     indexes = _pin_indexes(request, stack, image_dir)
-    warnings = list(indexes.warnings)
+    notes = (not_kept, credentials_note(request))
+    warnings = [*(note for note in notes if note), *indexes.warnings]
     kept_packages = kept.packages if kept is not None else ()
     preferences = tuple(p for p in kept_packages if canonicalize_name(p.name) not in upgrade_set)
-    pinned = _pin_or_pypi_hint(
-        stack,
-        matrix,
-        request,
-        pydeps.PinRequest(
-            requirements=(*_stack_requirements(stack), *request.packages),
-            python=stack.python,
-            platform=request.platform,
-            index_url=indexes.index_url,
-            extra_index_urls=indexes.extra_index_urls,
-            find_links=indexes.find_links,
-            preferences=preferences,
-            upgrade_packages=tuple(sorted(upgrade_set)),
-            offline=offline,
-        ),
-        runner,
-    )
+    try:
+        pinned = _pin_or_pypi_hint(
+            stack,
+            matrix,
+            request,
+            pydeps.PinRequest(
+                requirements=(
+                    *_stack_requirements(stack),
+                    *request.packages,
+                    *(project.lines if project else ()),
+                ),
+                python=stack.python,
+                platform=request.platform,
+                index_url=indexes.index_url,
+                extra_index_urls=indexes.extra_index_urls,
+                find_links=indexes.find_links,
+                preferences=preferences,
+                upgrade_packages=tuple(sorted(upgrade_set)),
+                offline=offline,
+                constraints=tuple(c.text for c in project.constraints) if project else (),
+            ),
+            runner,
+        )
+    except UnsatisfiableError as err:
+        raise project_lock.pin_conflict(err, project, stack) from None
+    check_pins_installable(pinned.packages)
     check_framework_source(stack, pinned.packages)
     # The framework's own wheel metadata is authoritative for the CUDA libraries it ships.
     stack, library_warnings = apply_wheel_pins(stack, pinned.packages)
@@ -161,7 +190,7 @@ def lock_image(
     fingerprints = row_fingerprints(stack.rows, matrix.fingerprints())
     new_lock = Lock(
         name=request.name,
-        input_hash=input_hash(request, fingerprints),
+        input_hash=input_hash(request, fingerprints, project.files if project else ()),
         stack=stack,
         targets=request.targets,
         platform=request.platform,
@@ -179,9 +208,13 @@ def lock_image(
         compat=request.compat,
         request_hash=request_hash(request),
         row_fingerprints=tuple(sorted(fingerprints.items())),
+        project=request.project,
+        input_files=project.files if project else (),
     )
     text = dumps(new_lock, command=regenerate_command(image_dir))
     written = write_if_changed(lock_path(image_dir), text)
+    if written and kept is not None:
+        warnings += [note for note in (kept_note(kept, pinned.packages, image_dir),) if note]
     return LockOutcome(
         path=lock_path(image_dir),
         status="written" if written else "unchanged",
@@ -266,15 +299,84 @@ def check_pinned_cudnn(stack: Stack, matrix: Matrix) -> None:
 
 
 def _previous_lock(image_dir: Path) -> Lock | None:
-    """The lock already in the folder, unverified; None when absent or unreadable (an
-    unreadable old lock only loses its preferences)."""
-    old_text = read_lock_text(image_dir)
-    if old_text is None:
-        return None
+    """The lock already in the folder, when its picks may be kept (`read_previous`)."""
+    return read_previous(image_dir)[0]
+
+
+def read_previous(image_dir: Path) -> tuple[Lock | None, str]:
+    """(the lock already in the folder, why its picks are not kept). Its picks are kept only
+    when it verifies: a lock edited by hand (its body no longer matches content_hash) or one
+    that cannot be read is regenerated from the request alone, and the reason says so. A lock
+    of a newer schema is refused (LockError, exit 2), never rewritten in this version's
+    format; a FIFO, device or folder in its place is refused by `read_lock_text`."""
+    path = str(lock_path(image_dir))
+    text = read_lock_text(image_dir)
+    if text is None:
+        return None, ""
+    version = schema_version_of(text)
+    if version is not None and version > LOCK_SCHEMA_VERSION:
+        check_schema(text, path=path)  # raises: newer than this envbuild reads
+    if body_edited(text):
+        return None, (
+            f"{path} was edited by hand (its body no longer matches content_hash), so its "
+            "picks were not kept: the new lock is resolved from the request alone"
+        )
     try:
-        return loads(old_text, path=str(lock_path(image_dir)), verify=False)
-    except Exception:
-        return None
+        return loads(text, path=path), ""
+    except LockError as err:
+        return None, f"{err.message}; its picks were not kept"
+
+
+def kept_note(previous: Lock, packages: Sequence[LockedPackage], image_dir: Path) -> str:
+    """What a re-lock kept of the previous lock's picks, and the command that would not."""
+    before = {(p.name, p.version) for p in previous.packages}
+    kept = [p for p in packages if (p.name, p.version) in before]
+    if not kept:
+        return ""
+    framework = canonicalize_name(previous.stack.framework.name)
+    kept.sort(key=lambda p: (p.name != framework, p.name))
+    shown = ", ".join(f"{p.name} {p.version}" for p in kept[:3])
+    more = f" and {len(kept) - 3} more" if len(kept) > 3 else ""
+    return (
+        f"kept the previous lock's picks where they still fit ({shown}{more}); "
+        f"`envbuild lock --upgrade {image_dir}` picks the newest that fit instead"
+    )
+
+
+def credentials_note(request: Request) -> str:
+    """The warning for URLs whose credentials were removed when the request was read."""
+    keys = request.indexes.credentials_removed
+    if not keys:
+        return ""
+    return (
+        f"[indexes] {', '.join(keys)} in envbuild.toml carried credentials; envbuild removed "
+        "them (they would be written to the lock, put on uv's command line and printed). "
+        "Remove them from the file and give them to uv and pip through ~/.netrc (or "
+        "NETRC=FILE) or a keyring (UV_KEYRING_PROVIDER=subprocess)"
+    )
+
+
+def check_pins_installable(packages: Sequence[LockedPackage]) -> None:
+    """Every pinned package must be installable by the build with --require-hashes: from an
+    index, a find-links folder or an http(s) URL, with a hash. Refused here, at lock time, so
+    no lock that `lock --check` calls fresh is one `render` refuses (UserError, exit 2)."""
+    for p in packages:
+        if is_direct_url(p.source) and not is_remote(p.source):
+            raise UserError(
+                f"{p.name} {p.version} comes from the local file {p.source} (a direct URL): a "
+                "build cannot reach it",
+                hint="put the wheel in a folder, list the folder in [indexes] find_links and "
+                f'require "{p.name}=={p.version}" (the lock records its sha256)',
+                fields={"package": p.name, "source": p.source},
+            )
+        if not p.hashes:
+            raise UserError(
+                f"{p.name} {p.version} was pinned without a hash ({p.source}); the build's "
+                "pip --require-hashes would refuse it",
+                hint="require it from an index or a find_links folder, or as a direct https:// "
+                "URL to a wheel (uv records the wheel's sha256)",
+                fields={"package": p.name, "source": p.source},
+            )
 
 
 def _resolve_keeping(

@@ -11,7 +11,7 @@ from envbuild import matrix as matrix_data
 from envbuild import render as rendering
 from envbuild.app import inputs
 from envbuild.errors import UserError
-from envbuild.fsio import replace_folder, write_atomic
+from envbuild.fsio import is_own_folder, replace_folder, write_atomic
 
 
 def render(
@@ -38,7 +38,7 @@ def render(
             options=options,
             matrix=matrix_data.load_matrix_from(matrix_overlay),
         )
-        write_context(context, context_files)
+        write_context(context, context_files, image_dir=image_dir)
         files = len(context_files)
     if output is not None:
         write_atomic(output, dockerfile)
@@ -47,18 +47,33 @@ def render(
     )
 
 
-def write_context(dest: Path, files: dict[str, bytes]) -> None:
+def write_context(dest: Path, files: dict[str, bytes], *, image_dir: Path) -> None:
     """A build context as a reproducible `.tar` file, or as a folder swapped in whole (a
-    reader never sees half of it). An existing folder is only replaced when it is empty or an
-    earlier context (Dockerfile + envbuild.lock at its root)."""
+    reader never sees half of it). A folder is replaced only when it is new, empty, or holds
+    exactly an earlier context envbuild wrote (its marker and the files it lists): never the
+    image folder, a folder around it, or a folder with anyone else's files in it."""
     if dest.name.endswith(".tar"):
         write_atomic(dest, rendering.context_tar(files))
         return
-    if dest.exists():
-        earlier = (dest / "Dockerfile").is_file() and (dest / "envbuild.lock").is_file()
-        if not dest.is_dir() or (any(dest.iterdir()) and not earlier):
+    target, folder = dest.resolve(), image_dir.resolve()
+    if target == folder or target in folder.parents:
+        raise UserError(
+            f"{dest} holds the image folder {image_dir}: a build context there would replace it",
+            hint="give a new folder for the context (for example build/context), or a path "
+            "ending in .tar",
+            fields={"context": str(dest)},
+        )
+    if dest.exists() or dest.is_symlink():
+        if dest.is_symlink() or not dest.is_dir():
             raise UserError(
-                f"{dest} exists and is not an earlier build context",
+                f"{dest} exists and is not a folder",
                 hint="give a new or empty folder, or a path ending in .tar",
+                fields={"context": str(dest)},
+            )
+        if any(dest.iterdir()) and not is_own_folder(dest):
+            raise UserError(
+                f"{dest} holds files envbuild did not write there; it is not replaced",
+                hint="give a new or empty folder, or a path ending in .tar",
+                fields={"context": str(dest)},
             )
     replace_folder(dest, files)

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from envbuild import hostinfo, resolver
 from envbuild import matrix as matrix_data
+from envbuild import resolver
 from envbuild.errors import NoGpuError
 from envbuild.matrix import Matrix
 from envbuild.models import Host, Stack, Unsatisfiable
@@ -41,6 +41,8 @@ def resolve(
     other hosts. Bad input raises UserError (exit 2).
     """
     all_hosts = list(hosts)
+    if hosts_files or host:
+        from envbuild import hostinfo  # probing and facts files only (its imports are many)
     for path in hosts_files:
         all_hosts.extend(hostinfo.host_from_facts(f) for f in hostinfo.load_facts_file(path))
     if host:
@@ -64,6 +66,8 @@ def resolve(
 
 
 def _this_host() -> Host:
+    from envbuild import hostinfo
+
     try:
         return hostinfo.probe_host()
     except NoGpuError as err:

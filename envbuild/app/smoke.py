@@ -6,6 +6,7 @@ its output judged by `smoke.judge`.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -15,8 +16,10 @@ from envbuild import matrix as matrix_data
 from envbuild import smoke
 from envbuild.app import inputs
 from envbuild.build import ROLE_LABEL, shm_mib_for
+from envbuild.documents import DocumentError, json_loads
 from envbuild.engine import ContainerEngine, RunResult, RunSpec
 from envbuild.errors import SmokeFailed, UserError
+from envbuild.fsio import read_input
 from envbuild.gpu_attach import Attachment
 from envbuild.models import Lock
 from envbuild.payload.smoke_checks import REPORT_MARKER, SmokePlan
@@ -64,24 +67,30 @@ def run(
 
 
 def read_plan(path: Path) -> SmokePlan:
-    """A plan JSON file as written into images (UserError when unreadable or not an object)."""
+    """A plan JSON file as written into images: a regular file of sane size, JSON of sane
+    depth, the fields of the types the payload reads (UserError, exit 2, otherwise)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
+        data = json_loads(read_input(path, what="the smoke plan"))
+    except FileNotFoundError:
         raise UserError(
-            f"cannot read the smoke plan {path}: {exc}",
+            f"cannot read the smoke plan {path}: no such file",
             hint="pass --plan with a plan JSON (an image has it at /opt/envbuild/plan.json)",
+            fields={"file": str(path)},
         ) from None
-    except json.JSONDecodeError as exc:
+    except DocumentError as exc:
         raise UserError(
             f"the smoke plan {path} is not JSON: {exc}",
             hint="pass the plan.json envbuild wrote, or use --lock DIR instead",
+            fields={"file": str(path)},
         ) from None
-    if not isinstance(data, dict):
+    problem = smoke.plan_problem(data)
+    if problem:
         raise UserError(
-            f"the smoke plan {path} is not a JSON object", hint="pass the plan.json envbuild wrote"
+            f"the smoke plan {path}: {problem}",
+            hint="pass the plan.json envbuild wrote, or use --lock DIR instead",
+            fields={"file": str(path)},
         )
-    plan: SmokePlan = data  # type: ignore[assignment]  # the payload tolerates missing keys
+    plan: SmokePlan = data  # the payload tolerates missing keys
     return plan
 
 
@@ -132,6 +141,7 @@ def run_in_image(
             gpu_attach=attach,
             shm_size=f"{shm_mib_for(lock.smoke.min_shm_mib)}m",
             timeout_s=smoke.kill_after_s(lock.smoke.timeout_s),
+            environment=smoke.passthrough_environment(os.environ),
             labels={ROLE_LABEL: "smoke"},
         )
     )

@@ -79,6 +79,11 @@ def _print_outcome(doc: dict[str, Any]) -> None:
         + (f", checks: {tally}" if tally else "")
         + f" in {doc['smoke_s']:.1f} s (build {doc['build_s']:.0f} s)"
     )
+    command = doc.get("smoke_command")
+    if command:
+        console.line(
+            f"  command: pass `{' '.join(command['command'])}` in {command['duration_s']:.1f} s"
+        )
     if doc["base_image_replaced"]:
         console.line(f"  base:   {doc['base_image']} (replaces {doc['locked_base_image']})")
     else:
@@ -105,9 +110,16 @@ def _print_failure(err: SmokeFailed) -> None:
         console.warn(f"failed check {check.get('name')}{figure}")
         if check.get("hint"):
             click.echo(f"    fix: {check['hint']}", err=True)
+    # The project's smoke command (its stdout too), or the payload.
+    who = "the smoke command's" if err.fields.get("smoke_command") else "the payload's"
+    out = err.fields.get("stdout_tail") or []
+    if not failed and out:
+        click.echo(f"last lines of {who} stdout:", err=True)
+        for line in out[-10:]:
+            click.echo(f"  | {line}", err=True)
     tail = err.fields.get("stderr_tail") or []
     if not failed and tail:
-        click.echo("last lines of the payload's stderr:", err=True)
+        click.echo(f"last lines of {who} stderr:", err=True)
         for line in tail[-10:]:
             click.echo(f"  | {line}", err=True)
 

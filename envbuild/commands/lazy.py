@@ -5,7 +5,6 @@ or torch, and one broken command module cannot break another.
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import sys
 from collections.abc import Iterable, Mapping
@@ -21,6 +20,8 @@ imports."""
 def no_such_command(ctx: click.Context, name: str, known: Iterable[str]) -> click.UsageError:
     """The "No such command" error with the closest names (Click's own suggestions read
     `self.commands`, which lazy groups leave empty)."""
+    import difflib
+
     close = difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.6)
     message = f"No such command {name!r}."
     if close:

@@ -17,10 +17,6 @@ from typing import Any, TypeVar
 
 import click
 
-from envbuild.gpu_attach import CHOICES, GpuChoice
-from envbuild.matrix import overlay_from_env
-from envbuild.render import BuildInputs
-
 F = TypeVar("F", bound=Callable[..., Any])
 
 _BUILD_INPUT_NAMES = ("base_image", "ca_cert", "index_url", "find_links", "buildkit")
@@ -29,6 +25,8 @@ _BUILD_INPUT_NAMES = ("base_image", "ca_cert", "index_url", "find_links", "build
 def matrix_overlay() -> Path | None:
     """The matrix overlay folder ($ENVBUILD_MATRIX_OVERLAY; unset or empty: none), read here
     at the edge and passed down to the use case as a value."""
+    from envbuild.matrix import overlay_from_env
+
     return overlay_from_env()
 
 
@@ -43,6 +41,8 @@ def help_epilog(examples: Sequence[str], exit_codes: Sequence[tuple[int, str]]) 
 def build_inputs(f: F) -> F:
     """--base-image, --ca-cert, --index-url, --find-links, --buildkit, given to the command
     as one keyword argument `build_inputs` (a BuildInputs)."""
+    # Imported by the commands that take these options, not by every command.
+    from envbuild.render import BuildInputs
 
     @functools.wraps(f)
     def collected(*args: Any, **kwargs: Any) -> Any:
@@ -86,6 +86,7 @@ def build_inputs(f: F) -> F:
 def gpu_choice(f: F) -> F:
     """--gpu-attach and --gpu-devices, given to the command as one keyword argument `gpu`
     (a GpuChoice; UserError, exit 2, for a device that is no index or UUID)."""
+    from envbuild.gpu_attach import CHOICES, GpuChoice
 
     @functools.wraps(f)
     def collected(*args: Any, **kwargs: Any) -> Any:

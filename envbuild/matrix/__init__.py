@@ -8,7 +8,8 @@
 The public names are re-exported here: `from envbuild.matrix import Matrix, load_matrix`.
 """
 
-from envbuild.matrix.checks import check_matrix, matrix_warnings
+from typing import TYPE_CHECKING, Any
+
 from envbuild.matrix.load import (
     OVERLAY_ENV,
     clear_cache,
@@ -20,7 +21,6 @@ from envbuild.matrix.load import (
     read_matrix_files,
     sources_from,
 )
-from envbuild.matrix.parse import MatrixReport, check_files, collect, parse_matrix, parse_toml
 from envbuild.matrix.rows import (
     CONFIDENCES,
     IMAGE_FLAVOURS,
@@ -42,6 +42,38 @@ from envbuild.matrix.rows import (
     Row,
     fingerprint_of,
 )
+
+if TYPE_CHECKING:
+    from envbuild.matrix.checks import check_matrix, matrix_warnings
+    from envbuild.matrix.parse import (
+        MatrixReport,
+        check_files,
+        collect,
+        parse_matrix,
+        parse_toml,
+    )
+
+# Parsing and checking are imported on first use: a command that loads the compiled matrix
+# (`load.load_matrix_from`) needs only the row types.
+_LAZY = {
+    "check_matrix": "checks",
+    "matrix_warnings": "checks",
+    "MatrixReport": "parse",
+    "check_files": "parse",
+    "collect": "parse",
+    "parse_matrix": "parse",
+    "parse_toml": "parse",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+
 
 __all__ = [
     "CONFIDENCES",

@@ -144,6 +144,8 @@ def _check_build(row: AnyRow) -> Iterable[str]:
         yield f"python {row.python!r} is not a version range"
     if "{version}" not in row.requirement:
         yield "requirement must contain {version}, e.g. 'torch=={version}'"
+    else:
+        yield from _requirement_problems(row)
     if row.index_url is not None and not row.index_url.startswith("https://"):
         yield f"index_url {row.index_url!r} must be an https:// URL"
     if row.index_url is not None and row.pypi_default:
@@ -167,6 +169,28 @@ def _check_build(row: AnyRow) -> Iterable[str]:
         yield f"cudnn_range {row.cudnn_range!r} must be a version range, with cudnn its floor"
     if row.min_cc is not None and (not _CC_RE.match(row.min_cc) or row.cuda is None):
         yield f"min_cc {row.min_cc!r} must look like '5.2' (and only on a CUDA build)"
+
+
+def _requirement_problems(row: FrameworkBuild) -> Iterable[str]:
+    """The requirement goes to uv as a line of its requirements file: it must be exactly one
+    PEP 508 requirement on the framework itself (extras allowed), with no URL, marker, option
+    or second line, or an overlay could add an index or build a source at lock time."""
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
+    text = row.requirement.replace("{version}", "0")
+    if text != text.strip() or any(c in text for c in "\r\n\t") or " -" in text:
+        yield f"requirement {row.requirement!r} must be one requirement on one line, no options"
+        return
+    try:
+        req = Requirement(text)
+    except InvalidRequirement:
+        yield f"requirement {row.requirement!r} is not a PEP 508 requirement"
+        return
+    if canonicalize_name(req.name) != canonicalize_name(row.framework):
+        yield f"requirement {row.requirement!r} must name {row.framework}"
+    if req.url or req.marker:
+        yield f"requirement {row.requirement!r} must have no URL and no environment marker"
 
 
 def _arch_sort_key(a: str) -> tuple[int, int, str]:
@@ -268,6 +292,7 @@ def _check_baseline(row: AnyRow) -> Iterable[str]:
         ("mem_bw_tbs", row.mem_bw_tbs),
         ("datasheet_bf16_tflops", row.datasheet_bf16_tflops),
         ("datasheet_mem_bw_tbs", row.datasheet_mem_bw_tbs),
+        ("nvlink_busbw_gbs", row.nvlink_busbw_gbs),
     ):
         if v is not None and not v > 0:
             yield f"{what} must be > 0"

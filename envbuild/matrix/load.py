@@ -7,12 +7,12 @@ reads it from the environment is `overlay_from_env()`, called at the CLI edge.
 
 from __future__ import annotations
 
+import binascii
 import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from envbuild.errors import MatrixError
-from envbuild.matrix.parse import _problems_error, collect
+from envbuild.errors import MatrixError, UserError
 from envbuild.matrix.rows import Matrix
 
 OVERLAY_ENV = "ENVBUILD_MATRIX_OVERLAY"
@@ -29,17 +29,17 @@ def read_matrix_files(folder: Path, *, label: str) -> dict[str, str]:
             hint="pass an existing folder (--overlay DIR or ENVBUILD_MATRIX_OVERLAY)",
             fields={"folder": str(folder)},
         )
+    from envbuild.fsio import read_input  # only when the compiled matrix is not used
+
     out: dict[str, str] = {}
     for path in sorted(folder.glob("*.toml")):
         name = f"{label}/{path.name}"
         try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise MatrixError(
-                f"{name}: cannot be read: {exc.strerror}",
-                hint=f"check the permissions of {path}",
-                fields={"file": name},
-            ) from None
+            data = read_input(path, what="the matrix file")
+        except FileNotFoundError:
+            continue  # removed since the folder was listed
+        except UserError as exc:  # a FIFO, a device, a folder, too large, unreadable
+            raise MatrixError(exc.message, hint=exc.hint, fields={"file": name}) from None
         try:
             out[name] = data.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -88,11 +88,65 @@ def load_matrix_from(overlay: Path | None) -> Matrix:
     cached = _CACHE.get(cache_key)
     if cached is not None:
         return cached
+    matrix = _load_compiled(Path(cache_key[0]), overlay, cache_key)
+    _CACHE[cache_key] = matrix
+    return matrix
+
+
+RACY_S = 2
+"""A file changed less than this long ago may change again within the same timestamp tick
+with the same size, so a matrix read from it is not stored (git's "racy clean" rule,
+https://git-scm.com/docs/racy-git)."""
+
+
+def _folder_stamps(folder: Path) -> list[tuple[str, int, int, int, int]] | None:
+    """(name, size, mtime_ns, ctime_ns, inode) of each *.toml in `folder`, sorted, as
+    `read_matrix_files` would list them; None when one is not a plain file or cannot be
+    stat'ed (the reading path then reports it)."""
+    out = []
+    try:
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                if entry.name.startswith(".") or not entry.name.endswith(".toml"):
+                    continue
+                if not entry.is_file():
+                    return None
+                st = entry.stat()
+                out.append((entry.name, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
+    except OSError:
+        return None
+    return sorted(out)
+
+
+def _load_compiled(built_in_dir: Path, overlay: Path | None, folders: tuple[str, str]) -> Matrix:
+    """The parsed matrix from the user cache (`envbuild.compiled`) when the files are the ones
+    it was compiled from (name, size, mtime, ctime, inode), by this envbuild version, with the
+    same row types and parser; else read, parsed, cross-checked and stored. Parsing and
+    checking are most of a short command's time; unpickling is not."""
+    import time
+
+    from envbuild import __version__, compiled
+
+    stamps = [_folder_stamps(built_in_dir), _folder_stamps(overlay) if overlay else []]
+    path = key = None
+    if stamps[0] is not None and stamps[1] is not None:
+        key = repr((__version__, folders, stamps))  # compared whole: no hash to import
+        # One file per built-in/overlay folder pair: an edit replaces it, adds none.
+        where = binascii.crc32("\0".join(folders).encode())
+        path = compiled.cache_dir() / f"matrix-{where:08x}.pickle"
+        cached = compiled.read(path, key)
+        if isinstance(cached, Matrix):
+            return cached
+    from envbuild.matrix.parse import _problems_error, collect
+
     built_in, extra = sources_from(overlay)
     matrix, problems, _ = collect(built_in, extra or None, warnings=False)
     if problems:
         raise _problems_error(problems)
-    _CACHE[cache_key] = matrix
+    newest = max((max(s[2], s[3]) for group in stamps for s in group or ()), default=0)
+    if path is not None and key is not None and newest < time.time_ns() - RACY_S * 10**9:
+        made_by = (collect.__module__, "envbuild.matrix.checks")
+        compiled.write(path, key, matrix, made_by=made_by)
     return matrix
 
 

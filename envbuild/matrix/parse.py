@@ -7,7 +7,6 @@ TOML is parsed with the standard library's `tomllib` where it exists (Python >= 
 from __future__ import annotations
 
 import dataclasses
-import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
@@ -91,22 +90,14 @@ def _label(row: AnyRow) -> str:
 
 
 def parse_toml(text: str, *, name: str) -> dict[str, Any]:
-    """TOML text -> plain Python data; MatrixError (exit 2) naming the file when invalid."""
-    if sys.version_info >= (3, 11):
-        import tomllib
-
-        try:
-            return tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            raise _toml_error(name, exc) from None
-    import tomlkit  # Python 3.10: no tomllib, and tomli is not a dependency
-    from tomlkit.exceptions import TOMLKitError
+    """TOML text -> plain Python data; MatrixError (exit 2) naming the file when invalid or
+    nested too deep (`envbuild.documents`)."""
+    from envbuild.documents import DocumentError, toml_loads
 
     try:
-        data: dict[str, Any] = tomlkit.parse(text).unwrap()
-    except (TOMLKitError, ValueError) as exc:
+        return toml_loads(text)
+    except DocumentError as exc:
         raise _toml_error(name, exc) from None
-    return data
 
 
 def _toml_error(name: str, exc: Exception) -> MatrixError:

@@ -10,7 +10,6 @@ editing one of those rows makes the lock stale and editing any other row does no
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import re
 from collections.abc import Iterable
@@ -70,6 +69,8 @@ def fingerprint_of(row: object) -> str:
         if f.name in later and data[f.name] == f.default:
             del data[f.name]
     text = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
+    import hashlib  # here: its OpenSSL start-up is a visible part of a short command's time
+
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -290,6 +291,9 @@ class GpuBaseline:
     source: str
     datasheet_bf16_tflops: float | None = None
     datasheet_mem_bw_tbs: float | None = None
+    nvlink_busbw_gbs: float | None = None
+    """All-reduce bus bandwidth NCCL reaches over this SKU's NVLink without NVLink SHARP
+    (NCCL_NVLS_ENABLE=0), nccl-tests' busbw; None where the SKU has no NVLink figure."""
     confidence: str = "high"
     note: str = ""
 

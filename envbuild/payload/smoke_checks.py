@@ -30,6 +30,7 @@ class Baseline(TypedDict):
     gpu: str
     bf16_tflops: float | None
     mem_bw_tbs: float | None
+    nvlink_busbw_gbs: float | None
     confidence: str
     source: str
 
@@ -90,6 +91,7 @@ class SmokeReport(TypedDict):
     timings: dict[str, float]
     metrics: dict[str, Any]
     errors: list[str]
+
 
 # DCGM's policy: a SKU's performance floor is 0.75 x a healthy measurement
 # (NVIDIA/DCGM nvvs/diag-skus.yaml.in, "measures ~50000, x.75"; reference §A1).
@@ -638,6 +640,30 @@ def check_weights_equal(checksums: Sequence[str], *, world: int) -> dict[str, An
         "fail",
         f"{len(set(checksums))} different weight sets on {world} ranks",
         "DDP replicas diverged: gradients were not averaged correctly (NCCL or GPU fault)",
+    )
+
+
+def check_busbw(
+    value: float, *, world: int, gpu_name: str, baseline: Mapping[str, Any] | None, nvls: str
+) -> dict[str, Any]:
+    """`ddp-busbw`: the all-reduce bus bandwidth against the SKU's NVLink figure. Only warns:
+    one 256 MiB size does not reach NCCL's peak, and NVLink SHARP (NCCL_NVLS_ENABLE) changes
+    what busbw means (https://github.com/NVIDIA/nccl-tests/issues/212)."""
+    figure = f"all-reduce 256 MiB: {value:.1f} GB/s bus bandwidth ({world} GPUs, NVLS {nvls})"
+    expected = float(baseline.get("nvlink_busbw_gbs") or 0) if baseline else 0.0
+    if not expected:
+        return check("ddp-busbw", 2, "pass", figure + f" (no NVLink figure for {gpu_name!r})")
+    ratio = value / expected
+    figure += f" = {ratio:.2f} x the {expected:g} GB/s NVLink figure"
+    if ratio >= 0.5:
+        return check("ddp-busbw", 2, "pass", figure)
+    return check(
+        "ddp-busbw",
+        2,
+        "warn",
+        figure,
+        "the GPUs talk slower than NVLink allows: compare `nvidia-smi topo -m` with the report's "
+        "topology (PCIe instead of NVLink?) and rerun with NCCL_DEBUG=INFO",
     )
 
 

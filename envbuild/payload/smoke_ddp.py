@@ -85,8 +85,15 @@ def launch(world: int, *, timeout_s: int = 60, steps: int = 10) -> dict[str, Any
     }
 
 
-def checks_from(ddp: dict[str, Any], world: int) -> list[dict[str, Any]]:
-    """The DDP checks of one `launch()` result."""
+def checks_from(
+    ddp: dict[str, Any],
+    world: int,
+    *,
+    gpu_name: str = "",
+    baseline: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """The DDP checks of one `launch()` result; the bus bandwidth is set against `baseline`'s
+    NVLink figure (matrix/baselines.toml)."""
     ranks = ddp.get("ranks", [])
     ok_ranks = [r for r in ranks if "allreduce" in r]
     expected = float(world * (world + 1) // 2)
@@ -114,14 +121,8 @@ def checks_from(ddp: dict[str, Any], world: int) -> list[dict[str, Any]]:
             "DDP replicas diverged: NCCL or GPU fault",
         )
     bw = min(float(r.get("busbw_gbs", 0.0)) for r in ok_ranks)
-    out.append(
-        ck.check(
-            "ddp-busbw",
-            2,
-            "pass",
-            f"all-reduce 256 MiB: {bw:.1f} GB/s bus bandwidth ({world} GPUs)",
-        )
-    )
+    nvls = "off" if os.environ.get("NCCL_NVLS_ENABLE") == "0" else "default"
+    out.append(ck.check_busbw(bw, world=world, gpu_name=gpu_name, baseline=baseline, nvls=nvls))
     return out
 
 

@@ -133,7 +133,12 @@ def run(plan: dict[str, Any], out: dict[str, Any]) -> None:
             import smoke_ddp  # type: ignore[no-redef,import-not-found]
         ddp = smoke_ddp.launch(count, timeout_s=int(plan.get("collective_timeout_s", 60)))
         out["metrics"]["ddp"] = ddp
-        checks.extend(smoke_ddp.checks_from(ddp, count))
+        base = ck.pick_baseline(names[0], plan.get("baselines") or [])
+        checks.extend(
+            smoke_ddp.checks_from(ddp, count, gpu_name=names[0], baseline=dict(base or {}))
+        )
+    if use_cuda:
+        out["metrics"]["topology"] = hostmod.topology(count)
     timings["tier2_s"] = round(time.perf_counter() - t2, 3)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import re
 
 from envbuild.errors import UserError
@@ -113,6 +112,8 @@ def _gpu_suggestions(matrix: Matrix, raw: str) -> list[str]:
     inside = sorted(name for k, name in by_key.items() if key in k)
     if inside:
         return inside[:5]
+    import difflib  # only for a GPU name nobody knows
+
     return [by_key[k] for k in difflib.get_close_matches(key, sorted(by_key), n=3, cutoff=0.6)]
 
 

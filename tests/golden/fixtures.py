@@ -14,6 +14,7 @@ from envbuild.models import (
     FrameworkPick,
     Indexes,
     LockedPackage,
+    ProjectSettings,
     SmokeSettings,
     Stack,
     Targets,
@@ -144,9 +145,22 @@ def plain_lock() -> Lock:
     )
 
 
+def project_lock() -> Lock:
+    """The GPU lock with a project's code copied, not installed (a plain folder of scripts),
+    its own command and smoke step."""
+    return dataclasses.replace(
+        gpu_lock(),
+        project=ProjectSettings(
+            path="../../app", install=False, command=("python", "train.py", "--epochs", "3")
+        ),
+        smoke=SmokeSettings(command=("python", "train.py", "--epochs", "1", "--steps", "5")),
+    )
+
+
 FIXTURES = {
     "fixture-gpu": gpu_lock,
     "fixture-cpu": cpu_lock,
     "fixture-devel": devel_lock,
     "fixture-plain": plain_lock,
+    "fixture-project": project_lock,
 }

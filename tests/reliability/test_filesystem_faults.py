@@ -198,6 +198,7 @@ def test_a_directory_at_a_temp_path_is_left_alone(tmp_path: Path) -> None:
 
 def test_folder_lock_file_is_a_directory(tmp_path: Path) -> None:
     image = copy_example(tmp_path, "torch-train")
+    (image / ".envbuild.lock.lock").unlink(missing_ok=True)  # a lock run in images/ leaves one
     (image / ".envbuild.lock.lock").mkdir()
     (image / "envbuild.toml").write_text(
         (image / "envbuild.toml").read_text().replace('"numpy<3"', '"numpy<2.6"')
@@ -214,6 +215,7 @@ def test_folder_lock_file_is_not_followed(tmp_path: Path, target_exists: bool) -
     target = tmp_path / "elsewhere"
     if target_exists:
         target.write_text("not envbuild's")
+    (image / ".envbuild.lock.lock").unlink(missing_ok=True)  # a lock run in images/ leaves one
     (image / ".envbuild.lock.lock").symlink_to(target)
     (image / "envbuild.toml").write_text(
         (image / "envbuild.toml").read_text().replace('"numpy<3"', '"numpy<2.6"')

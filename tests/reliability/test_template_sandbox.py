@@ -40,7 +40,8 @@ def test_template_cannot_reach_the_host(tmp_path: Path, case: str) -> None:
     image = _image_with_template(tmp_path, ESCAPES[case].replace("MARK", str(mark)))
     out = run("render", str(image))
     assert_clear_error(out, 2, names="Dockerfile.j2")
-    assert "unsafe" in out.err or "not allowed" in out.err or "sandbox" in out.err, out.err
+    # Refused by the sandbox, or not there at all (lipsum is removed: lipsum(n) has no limit).
+    assert any(why in out.err for why in ("sandbox", "unsafe", "is undefined")), out.err
     assert not mark.exists()
     assert "__globals__" not in out.out
 
@@ -56,7 +57,7 @@ LIMITS = {
 @pytest.mark.parametrize("case", sorted(LIMITS))
 def test_template_limits(tmp_path: Path, case: str) -> None:
     image = _image_with_template(tmp_path, LIMITS[case])
-    out = run_child("render", str(image), timeout=60)
+    out = run_child("render", str(image), timeout=30)
     assert_clear_error(out, 2, names="Dockerfile.j2")
 
 

@@ -328,3 +328,70 @@ def test_report_line_round_trip_and_table() -> None:
 def test_check_rejects_unknown_status() -> None:
     with pytest.raises(ValueError, match="unknown status"):
         ck.check("x", 1, "ok")
+
+
+# --- a whole node: bus bandwidth against NVLink, topology -------------------------------------
+
+H200_ROW = {"gpu": "H200", "nvlink_busbw_gbs": 370.0, "confidence": "high"}
+
+
+@pytest.mark.parametrize(
+    ("busbw", "status"),
+    [
+        (293.6, "pass"),  # 2 x H200, measured (benchmarks/results/h200x2-smoke-full.json)
+        (185.0, "pass"),  # exactly half of the NVLink figure
+        (24.0, "warn"),  # PCIe-like: NVLink not used
+    ],
+)
+def test_busbw_against_the_nvlink_figure(busbw: float, status: str) -> None:
+    c = ck.check_busbw(busbw, world=2, gpu_name="NVIDIA H200", baseline=H200_ROW, nvls="off")
+    assert c["status"] == status
+    assert f"{busbw:.1f} GB/s" in c["figure"]
+    assert f"{busbw / 370.0:.2f} x the 370 GB/s NVLink figure" in c["figure"]
+    assert "NVLS off" in c["figure"]
+
+
+def test_busbw_without_an_nvlink_figure_passes_and_says_so() -> None:
+    c = ck.check_busbw(20.0, world=2, gpu_name="NVIDIA L4", baseline=None, nvls="default")
+    assert c["status"] == "pass"
+    assert "no NVLink figure for 'NVIDIA L4'" in c["figure"]
+
+
+def test_ddp_checks_carry_the_busbw_verdict() -> None:
+    from envbuild.payload import smoke_ddp
+
+    ranks = [
+        {"rank": r, "allreduce": 36.0, "weights": "1/2", "gathered_equal": True, "busbw_gbs": bw}
+        for r, bw in enumerate([301.0, 299.0, 300.5, 300.0, 302.0, 298.0, 300.0, 300.0])
+    ]
+    checks = smoke_ddp.checks_from(
+        {"killed": False, "wall_s": 9.0, "ranks": ranks}, 8, gpu_name="H200", baseline=H200_ROW
+    )
+    assert [c["name"] for c in checks] == ["ddp-allreduce", "ddp-weights", "ddp-busbw"]
+    assert all(c["status"] == "pass" for c in checks)
+    assert "298.0 GB/s" in checks[-1]["figure"]  # the slowest rank is the node's figure
+    assert "(8 GPUs" in checks[-1]["figure"]
+
+
+def test_topology_from_nvidia_smi_topo_m() -> None:
+    # The layout printed in https://github.com/NVIDIA/nccl-tests/issues/178 (8 x A100, NVLink pairs).
+    from envbuild.payload import smoke_host
+
+    text = (
+        Path(__file__).resolve().parents[1] / "fixtures/topology/a100-pairs-topo-m.txt"
+    ).read_text()
+    topo = smoke_host.parse_topo_m(text)
+    assert topo is not None
+    assert topo["source"] == "nvidia-smi"
+    assert len(topo["matrix"]) == 8 and all(len(row) == 8 for row in topo["matrix"])
+    assert topo["matrix"][0][:3] == ["X", "NV12", "NODE"]
+    assert topo["matrix"][7][0] == "SYS" and topo["matrix"][7][4] == "NODE"
+    assert [g["nvlinks"] for g in topo["gpus"]] == [12] * 8
+
+
+def test_topology_without_nvml_or_nvidia_smi(monkeypatch: pytest.MonkeyPatch) -> None:
+    from envbuild.payload import smoke_host
+
+    monkeypatch.setattr(smoke_host, "_topology_nvml", lambda count: None)
+    monkeypatch.setattr(smoke_host.shutil, "which", lambda name: None)
+    assert smoke_host.topology(2) == {"source": None, "gpus": [], "matrix": []}

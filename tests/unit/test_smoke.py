@@ -306,3 +306,21 @@ def test_committed_fault_reports_fail_for_the_right_reason() -> None:
     assert "500 MiB free" in next(
         c["figure"] for c in faults["oom"]["checks"] if c["name"] == "train"
     )
+
+
+def test_smoke_containers_inherit_only_ncclish_settings() -> None:
+    from envbuild.smoke import passthrough_environment
+
+    environ = {
+        "NCCL_NVLS_ENABLE": "0",
+        "NCCL_SOCKET_IFNAME": "eth0",
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+        "HOME": "/root",
+        "AWS_SECRET_ACCESS_KEY": "nope",
+        "NCCL_DEBUG": "INFO\nfake",
+    }
+    assert passthrough_environment(environ) == {
+        "NCCL_NVLS_ENABLE": "0",
+        "NCCL_SOCKET_IFNAME": "eth0",
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+    }

@@ -1,0 +1,20 @@
+"""a + b with one CUDA kernel: envbuild's example of a torch extension built from source."""
+
+import torch  # loads libtorch and libc10 before the extension that links them
+
+from envbuild_vecadd._C import vecadd
+
+__all__ = ["smoke", "vecadd"]
+
+
+def smoke() -> str:
+    """envbuild's smoke entry point (tier 2, on a GPU): the kernel's sum must equal torch's."""
+    n = 1 << 20
+    a = torch.arange(n, device="cuda", dtype=torch.float32)
+    b = torch.full((n,), 0.5, device="cuda", dtype=torch.float32)
+    got = vecadd(a, b)
+    torch.cuda.synchronize()
+    wrong = int((got != a + b).sum())
+    if wrong:
+        raise AssertionError(f"vecadd differs from torch's a + b in {wrong} of {n} elements")
+    return f"vecadd of {n} floats on {torch.cuda.get_device_name(0)} equals torch's a + b"

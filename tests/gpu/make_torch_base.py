@@ -1,0 +1,219 @@
+"""Import a base image that holds this machine's own Python and torch: a stand-in for an NGC
+framework container where no registry is reachable (tests/gpu/h200_image_e2e.sh).
+
+The image is this machine's /usr (its shell, libc and tools, minus what a GPU container gets
+from the host: the driver's libraries, CUDA toolkits, docs), the interpreter the running
+Python is based on, and, when it runs in a venv, that venv with only the distributions torch
+needs (and pip, numpy). `PATH` starts with the venv's bin/, as a company base would set it.
+
+    python3 tests/gpu/make_torch_base.py TAG            # run with the Python that holds torch
+Needs the docker CLI and an engine (DOCKER_HOST). Prints the image id and what went in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import sysconfig
+import tarfile
+import time
+from importlib import metadata
+from pathlib import Path
+
+ROOTS = ("torch", "pip", "numpy")
+SKIP_USR = (
+    # What a GPU container gets from the host, or a framework base does not need: toolkits,
+    # compilers, headers, other languages' runtimes, documentation.
+    "/usr/local/cuda",
+    "/usr/local/nvidia",
+    "/usr/share/doc",
+    "/usr/share/man",
+    "/usr/share/info",
+    "/usr/share/locale",
+    "/usr/share/icons",
+    "/usr/src",
+    "/usr/include",
+    "/usr/local/include",
+    "/usr/lib/gcc",
+    "/usr/libexec/gcc",
+    "/usr/lib/llvm-",
+    "/usr/lib/jvm",
+    "/usr/lib/debug",
+    "/usr/lib/node_modules",
+    "/usr/local/lib/node_modules",
+    "/usr/lib/google-cloud-sdk",
+    "/usr/lib/postgresql",
+    "/usr/share/package-lists",
+    "/opt/nvidia",
+)
+# The driver's user-space libraries come from the host at run time (CDI spec, toolkit).
+DRIVER_LIB = re.compile(r"lib(cuda|nvidia-|nvcuvid|cudadebugger)[^/]*\.so")
+ETC = (
+    "passwd",
+    "group",
+    "shadow",
+    "gshadow",
+    "nsswitch.conf",
+    "hosts",
+    "login.defs",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "ld.so.cache",
+    "ssl",
+    "os-release",
+    "skel",
+    "default",
+    "alternatives",
+)
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def closure(roots: tuple[str, ...]) -> list[metadata.Distribution]:
+    """The installed distributions `roots` need, by their metadata (markers evaluated here)."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    seen: dict[str, metadata.Distribution] = {}
+    todo = list(roots)
+    while todo:
+        name = str(canonicalize_name(todo.pop()))
+        if name in seen:
+            continue
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            continue
+        seen[name] = dist
+        for text in dist.requires or []:
+            req = Requirement(text)
+            if req.marker is None or req.marker.evaluate({"extra": ""}):
+                todo.append(req.name)
+    return list(seen.values())
+
+
+def skip(path: str) -> bool:
+    return path.startswith(SKIP_USR) or bool(DRIVER_LIB.search(os.path.basename(path)))
+
+
+class Rootfs:
+    """A tar stream of a root file system; each path goes in once, parents before children."""
+
+    def __init__(self, tar: tarfile.TarFile) -> None:
+        self.tar = tar
+        self.added: set[str] = set()
+
+    def add(self, path: str) -> None:
+        if path in self.added:
+            return
+        parent = os.path.dirname(path)
+        if parent not in ("/", "") and parent not in self.added:
+            self.add(parent)
+        self.added.add(path)
+        self.tar.add(path, recursive=False)
+
+    def tree(self, top: str, *, filtered: bool = True) -> None:
+        for root, dirs, files in os.walk(top):
+            dirs[:] = [d for d in dirs if not (filtered and skip(os.path.join(root, d)))]
+            self.add(root)
+            for d in dirs:  # symlinks to folders are not walked: add them as links
+                if os.path.islink(os.path.join(root, d)):
+                    self.add(os.path.join(root, d))
+            for f in files:
+                path = os.path.join(root, f)
+                if not (filtered and skip(path)) and (os.path.islink(path) or os.path.isfile(path)):
+                    self.add(path)
+
+    def empty_dir(self, name: str, mode: int = 0o755) -> None:
+        info = tarfile.TarInfo(name)
+        info.type = tarfile.DIRTYPE
+        info.mode = mode
+        self.tar.addfile(info)
+        self.added.add("/" + name)
+
+
+def write_rootfs(stream: object, venv: Path | None) -> dict[str, object]:
+    counted: dict[str, object] = {}
+    with tarfile.open(fileobj=stream, mode="w|") as tar:  # type: ignore[arg-type]
+        fs = Rootfs(tar)
+        for top in ("bin", "lib", "lib64", "sbin"):
+            if os.path.islink("/" + top):
+                fs.add("/" + top)
+            elif os.path.isdir("/" + top):
+                fs.tree("/" + top)
+        fs.tree("/usr")
+        fs.empty_dir("etc")
+        for name in ETC:
+            if os.path.lexists("/etc/" + name):
+                if os.path.isdir("/etc/" + name) and not os.path.islink("/etc/" + name):
+                    fs.tree("/etc/" + name, filtered=False)
+                else:
+                    fs.add("/etc/" + name)
+        for name, mode in (("tmp", 0o1777), ("var/tmp", 0o1777), ("root", 0o700)):
+            if name == "var/tmp":
+                fs.empty_dir("var")
+            fs.empty_dir(name, mode)
+        for name in ("home", "run", "proc", "sys", "dev", "opt"):
+            fs.empty_dir(name)
+        if not sys.base_prefix.startswith("/usr"):
+            fs.tree(sys.base_prefix, filtered=False)
+        if venv is not None:
+            fs.add(str(venv / "pyvenv.cfg"))
+            fs.tree(str(venv / "bin"), filtered=False)
+            if os.path.islink(venv / "lib64"):
+                fs.add(str(venv / "lib64"))
+            dists = closure(ROOTS)
+            for dist in dists:
+                for rel in dist.files or []:
+                    path = os.path.normpath(str(dist.locate_file(rel)))
+                    if os.path.isfile(path) and path.startswith(str(venv)):
+                        fs.add(path)
+            counted["distributions"] = sorted(f"{d.metadata['Name']}=={d.version}" for d in dists)
+        counted["entries"] = len(fs.added)
+    return counted
+
+
+def main() -> int:
+    tag = sys.argv[1]
+    venv = Path(sys.prefix) if sys.prefix != sys.base_prefix else None
+    bin_dir = str(venv / "bin") if venv else os.path.dirname(sys.executable)
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        ["docker", "import", "--change", f"ENV PATH={bin_dir}:{DEFAULT_PATH}", "-", tag],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert proc.stdin is not None
+    counted = write_rootfs(proc.stdin, venv)
+    proc.stdin.close()
+    image_id = proc.stdout.read().decode().strip() if proc.stdout else ""
+    if proc.wait() != 0:
+        print(f"docker import failed (exit {proc.returncode})", file=sys.stderr)
+        return 1
+    size = subprocess.run(
+        ["docker", "image", "inspect", "--format", "{{.Size}}", tag],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    print(
+        json.dumps(
+            {
+                "tag": tag,
+                "image_id": image_id,
+                "python": sys.executable,
+                "venv": str(venv) if venv else None,
+                "site": sysconfig.get_paths()["purelib"],
+                "bytes": int(size) if size.isdigit() else None,
+                "seconds": round(time.monotonic() - started, 1),
+                **counted,
+            }
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,417 @@
+"""`envbuild lock` of a project's own dependency files: a pyproject.toml (dependencies, extras,
+groups), requirements files (-r/-c followed), a uv.lock (its pins kept, through the real
+`uv export`), the project's build backend; `lock --check` noticing their edits; conflicts
+with the stack worded as the project's.
+
+The matrix, the stack and uv's pins are the fixed ones of tests/unit/test_lockfile.py (no
+network); uv.lock files are read by the real uv (offline: `uv export --frozen`).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from envbuild import lockfile
+from envbuild.app import lock as lock_use_case
+from envbuild.errors import PinError, RequestError, StaleLockError, UnsatisfiableError
+from envbuild.pydeps import RunResult
+from tests.unit.test_lockfile import DEMO_REQUEST, FakeUv, demo_matrix, install_fakes, make_image
+
+UV = Path(sys.executable).parent / "uv"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "projects"
+
+
+class RecordingUv(FakeUv):
+    """FakeUv that also keeps what it was asked to pin (requirements.in, constraints.txt)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inputs: list[str] = []
+        self.constraints: list[str | None] = []
+
+    def __call__(self, argv: Any, cwd: Path, env: Any) -> RunResult:
+        self.inputs.append((cwd / "requirements.in").read_text())
+        c = cwd / "constraints.txt"
+        self.constraints.append(c.read_text() if c.exists() else None)
+        return super().__call__(argv, cwd, env)
+
+
+def setup(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, extra: str, *, real_resolver: bool = False
+) -> tuple[Path, RecordingUv]:
+    import envbuild.resolver
+
+    real = envbuild.resolver.resolve
+    uv = RecordingUv()
+    install_fakes(monkeypatch, uv=uv)
+    if real_resolver:
+        monkeypatch.setattr(envbuild.resolver, "resolve", real)
+    (tmp_path / ".git").mkdir()  # the repository root
+    return make_image(tmp_path, DEMO_REQUEST + extra), uv
+
+
+def requirement_lines(uv: RecordingUv) -> list[str]:
+    return uv.inputs[-1].splitlines()
+
+
+PYPROJECT = """\
+[build-system]
+requires = ["hatchling>=1.18"]
+build-backend = "hatchling.build"
+
+[project]
+name = "Trainer"
+version = "0.1.0"
+requires-python = ">=3.10"
+dependencies = ["torch>=2.6", "einops>=0.8"]
+
+[project.optional-dependencies]
+viz = ["tqdm>=4.66"]
+all = ["trainer[viz]", "rich"]
+
+[dependency-groups]
+eval = ["scipy", {include-group = "data"}]
+data = ["pyarrow>=15"]
+"""
+
+
+def test_pyproject_dependencies_extras_groups(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    image, uv = setup(monkeypatch, tmp_path, "")
+    (image / "envbuild.toml").write_text(
+        DEMO_REQUEST.replace(
+            '[packages]\nrequirements = ["numpy<3"]\n',
+            '[packages]\nrequirements = ["numpy<3"]\nfiles = ["pyproject.toml"]\n'
+            'extras = ["all"]\ngroups = ["eval"]\n',
+        )
+    )
+    (image / "pyproject.toml").write_text(PYPROJECT)
+    outcome = lock_use_case.lock_image(image)
+    assert requirement_lines(uv) == [
+        "torch==2.10.0",
+        "numpy<3",
+        "torch>=2.6",
+        "einops>=0.8",
+        "tqdm>=4.66",  # `all` names the project's own `viz`: expanded, not locked as a package
+        "rich",
+        "scipy",
+        "pyarrow>=15",  # through include-group
+    ]
+    assert [path for path, _ in outcome.lock.input_files] == ["pyproject.toml"]
+    assert "[inputs.files]" in outcome.text
+    assert lockfile.loads(outcome.text) == outcome.lock
+    lock_use_case.check_image(image)  # fresh
+    # The version is not an input; the dependencies are.
+    (image / "pyproject.toml").write_text(PYPROJECT.replace('"0.1.0"', '"0.2.0"'))
+    lock_use_case.check_image(image)
+    (image / "pyproject.toml").write_text(PYPROJECT.replace('"rich"', '"rich>=13"'))
+    with pytest.raises(StaleLockError) as info:
+        lock_use_case.check_image(image)
+    assert info.value.message == f"{image / 'envbuild.lock'} is stale: pyproject.toml changed"
+
+
+def test_pyproject_unknown_extra_and_dynamic_dependencies(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    image, _ = setup(monkeypatch, tmp_path, "")
+    request = DEMO_REQUEST.replace(
+        '[packages]\nrequirements = ["numpy<3"]\n',
+        '[packages]\nfiles = ["pyproject.toml"]\nextras = ["gpu"]\n',
+    )
+    (image / "envbuild.toml").write_text(request)
+    (image / "pyproject.toml").write_text(PYPROJECT)
+    with pytest.raises(RequestError) as info:
+        lock_use_case.lock_image(image)
+    assert info.value.message == (
+        "[packages] extras: pyproject.toml has no extra 'gpu' (its extras: all, viz)"
+    )
+    (image / "pyproject.toml").write_text('[project]\nname = "x"\ndynamic = ["dependencies"]\n')
+    with pytest.raises(RequestError) as info:
+        lock_use_case.lock_image(image)
+    assert info.value.message == (
+        "pyproject.toml: [project] dependencies are dynamic (computed by the build backend)"
+    )
+    assert not (image / "envbuild.lock").exists()
+
+
+def test_requirements_files_follow_includes_and_constraints(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    image, uv = setup(monkeypatch, tmp_path, "")
+    (image / "envbuild.toml").write_text(
+        DEMO_REQUEST.replace(
+            '[packages]\nrequirements = ["numpy<3"]\n',
+            '[packages]\nfiles = ["../../app/requirements.txt"]\n',
+        )
+    )
+    app = tmp_path / "app"
+    (app / "reqs").mkdir(parents=True)
+    (app / "requirements.txt").write_text(
+        "# training\n"
+        "-r reqs/base.txt\n"
+        "--constraint reqs/pins.txt\n"
+        "transformers>=4.40,<5 \\\n"
+        "    --hash=sha256:" + "a" * 64 + "\n"
+        'numpy<3 ; python_version >= "3.10"  # comment\n'
+    )
+    (app / "reqs" / "base.txt").write_text("einops\n")
+    (app / "reqs" / "pins.txt").write_text("safetensors==0.5.3\n")
+    outcome = lock_use_case.lock_image(image)
+    assert requirement_lines(uv) == [
+        "torch==2.10.0",
+        "einops",
+        "transformers>=4.40,<5",
+        'numpy<3 ; python_version >= "3.10"',
+    ]
+    assert uv.constraints[-1] == "safetensors==0.5.3\n"
+    assert [path for path, _ in outcome.lock.input_files] == [
+        "../../app/reqs/base.txt",
+        "../../app/reqs/pins.txt",
+        "../../app/requirements.txt",
+    ]
+    (app / "reqs" / "pins.txt").write_text("safetensors==0.5.2\n")
+    with pytest.raises(StaleLockError) as info:
+        lock_use_case.check_image(image)
+    assert info.value.message.endswith("is stale: ../../app/reqs/pins.txt changed")
+
+
+@pytest.mark.parametrize(
+    ("line", "message", "hint"),
+    [
+        (
+            "-e .",
+            "requirements.txt line 1: the option -e is not supported in [packages] files",
+            "the project's own code goes in through [project] path; drop the -e line",
+        ),
+        (
+            "--extra-index-url https://example.com/simple",
+            "requirements.txt line 1: the option --extra-index-url is not supported in "
+            "[packages] files",
+            "put indexes in [indexes] of envbuild.toml (so every lock uses the same sources)",
+        ),
+        (
+            "torch @ git+https://github.com/pytorch/pytorch",
+            "requirements.txt line 1: 'torch @ git+https://github.com/pytorch/pytorch' points "
+            "at 'git+https://github.com/pytorch/pytorch': only http(s):// and file:// wheels "
+            "can be locked with hashes",
+            "depend on a released version instead, or on an https:// URL of a wheel",
+        ),
+        (
+            "-r ../../../../outside.txt",
+            None,
+            "keep the project inside the repository that holds the image folder (paths are "
+            "relative to the image folder)",
+        ),
+    ],
+)
+def test_requirements_files_refuse(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, line: str, message: str | None, hint: str
+) -> None:
+    image, _ = setup(monkeypatch, tmp_path, "")
+    (image / "envbuild.toml").write_text(
+        DEMO_REQUEST.replace(
+            '[packages]\nrequirements = ["numpy<3"]\n',
+            '[packages]\nfiles = ["requirements.txt"]\n',
+        )
+    )
+    (image / "requirements.txt").write_text(line + "\n")
+    with pytest.raises(RequestError) as info:
+        lock_use_case.lock_image(image)
+    if message is not None:
+        assert info.value.message == message
+    else:
+        assert "outside the repository" in info.value.message
+    assert info.value.hint == hint
+    assert not (image / "envbuild.lock").exists()
+
+
+def test_files_outside_the_repository_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    image, _ = setup(monkeypatch, tmp_path, "")
+    (image / "envbuild.toml").write_text(
+        DEMO_REQUEST.replace(
+            '[packages]\nrequirements = ["numpy<3"]\n',
+            '[packages]\nfiles = ["../../../requirements.txt"]\n',
+        )
+    )
+    with pytest.raises(RequestError) as info:
+        lock_use_case.lock_image(image)
+    assert info.value.message == (
+        f"[packages] files entry '../../../requirements.txt' is "
+        f"{(tmp_path.parent / 'requirements.txt').resolve()}, outside the repository "
+        f"{tmp_path.resolve()}"
+    )
+
+
+def _uv_lock_image(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fixture: str, **kw: Any
+) -> tuple[Path, RecordingUv]:
+    if not UV.is_file():
+        pytest.skip("uv is not installed next to this Python (it is in envbuild's dev extra)")
+    image, uv = setup(monkeypatch, tmp_path, "", **kw)
+    monkeypatch.setattr("envbuild.pydeps.find_uv", lambda: str(UV))
+    project = tmp_path / "trainer"
+    project.mkdir()
+    for name in ("pyproject.toml", "uv.lock"):
+        (project / name).write_text((FIXTURES / fixture / name).read_text())
+    (image / "envbuild.toml").write_text(
+        DEMO_REQUEST.replace(
+            '[packages]\nrequirements = ["numpy<3"]\n',
+            '[packages]\nfiles = ["../../trainer/uv.lock"]\nextras = ["viz"]\n',
+        )
+    )
+    return image, uv
+
+
+def test_uv_lock_pins_are_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    image, uv = _uv_lock_image(tmp_path, monkeypatch, "uvlock-torch210")
+    outcome = lock_use_case.lock_image(image)
+    assert requirement_lines(uv) == [
+        "torch==2.10.0",
+        "numpy==2.2.6",
+        "torch==2.10.0",
+        "tqdm==4.67.1",  # the extra; the dev group is not asked for
+    ]
+    assert [path for path, _ in outcome.lock.input_files] == ["../../trainer/uv.lock"]
+    lock_use_case.check_image(image)
+    lock_file = tmp_path / "trainer" / "uv.lock"
+    lock_file.write_text(lock_file.read_text().replace("4.67.1", "4.67.2"))
+    with pytest.raises(StaleLockError) as info:
+        lock_use_case.check_image(image)
+    assert info.value.message.endswith("is stale: ../../trainer/uv.lock changed")
+
+
+def test_conflicting_uv_lock_names_both_sides(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The project's uv.lock pins torch 2.4.1; for H100 and L4 the matrix has torch 2.10.0 only.
+    image, uv = _uv_lock_image(tmp_path, monkeypatch, "uvlock-torch24", real_resolver=True)
+    with pytest.raises(UnsatisfiableError) as info:
+        lock_use_case.lock_image(image)
+    err = info.value
+    assert err.message.startswith(
+        "the project asks for ../../trainer/uv.lock: torch==2.4.1, but the stack for this "
+        "request needs torch 2.10.0 (cu128); with the project's range nothing in the matrix "
+        "fits:\n  no torch release in the matrix matches torch<2.11,==2.4.1,>=2.8 (the matrix has "
+        "2.10.0 to 2.10.0)"
+    )
+    assert err.hint.startswith(
+        "move the project to torch 2.10.0: run `uv lock --upgrade-package torch` (or "
+        '`uv add "torch==2.10.0"`) in the project, then `envbuild lock` again; or change '
+        "[framework] requirement or [targets]"
+    )
+    assert err.exit_code == 1  # unsatisfiable, as when the request alone cannot be met
+    assert uv.calls == []  # stopped before pinning
+    assert not (image / "envbuild.lock").exists()
+
+
+def test_project_range_narrows_the_framework(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import envbuild.resolver
+    from tests.unit.test_lockfile import demo_stack
+
+    image, _ = setup(monkeypatch, tmp_path, "")
+    seen: list[str] = []
+
+    def resolve(req: Any, m: Any, hosts: Any = ()) -> Any:
+        seen.append(req.framework)
+        return demo_stack()
+
+    monkeypatch.setattr(envbuild.resolver, "resolve", resolve)
+    (image / "envbuild.toml").write_text(
+        DEMO_REQUEST.replace(
+            '[packages]\nrequirements = ["numpy<3"]\n',
+            '[packages]\nfiles = ["requirements.txt"]\n',
+        )
+    )
+    (image / "requirements.txt").write_text(
+        'torch!=2.9.0 ; sys_platform == "linux"\ntorch<3 ; sys_platform == "win32"\n'
+    )
+    lock_use_case.lock_image(image)
+    # The Windows line does not apply to the image; the Linux one narrows [framework].
+    assert seen == ["torch!=2.9.0,<2.11,>=2.8"]
+
+
+def test_uv_conflict_is_worded_for_the_uv_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    image, _ = _uv_lock_image(tmp_path, monkeypatch, "uvlock-torch210")
+
+    def no_solution(argv: Any, cwd: Path, env: Any) -> RunResult:
+        return RunResult(
+            1,
+            "",
+            "  x No solution found when resolving dependencies:\n"
+            "  `-> Because torch==2.10.0 depends on nvidia-cudnn-cu12==9.10.2.21 and you "
+            "require nvidia-cudnn-cu12==9.1.0.70, we can conclude that your requirements are "
+            "unsatisfiable.\n",
+        )
+
+    monkeypatch.setattr("envbuild.pydeps.run_subprocess", no_solution)
+    with pytest.raises(UnsatisfiableError) as info:
+        lock_use_case.lock_image(image)
+    assert info.value.message.startswith(
+        "the pins of ../../trainer/uv.lock conflict with the stack (torch 2.10.0 cu128):\n"
+    )
+    assert "you require nvidia-cudnn-cu12==9.1.0.70" in info.value.message
+    assert info.value.hint.startswith("the stack keeps its framework build")
+
+
+def test_uv_export_failure_is_a_pin_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    image, _ = _uv_lock_image(tmp_path, monkeypatch, "uvlock-torch210")
+    (image / "envbuild.toml").write_text(
+        (image / "envbuild.toml").read_text().replace('extras = ["viz"]', 'extras = ["nope"]')
+    )
+    with pytest.raises(PinError) as info:
+        lock_use_case.lock_image(image)
+    assert info.value.message.startswith("`uv export` could not read ../../trainer/uv.lock:\n")
+    assert "Extra `nope` is not defined" in info.value.message
+
+
+def test_installed_project_locks_its_build_backend(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    image, uv = setup(monkeypatch, tmp_path, '[project]\npath = "src"\n')
+    src = image / "src"
+    src.mkdir()
+    with pytest.raises(RequestError) as info:
+        lock_use_case.lock_image(image)
+    assert info.value.message == (
+        "[project] install = true, but src has no pyproject.toml or setup.py to install"
+    )
+    (src / "setup.py").write_text("from setuptools import setup\nsetup()\n")
+    lock_use_case.lock_image(image)
+    assert requirement_lines(uv)[-1] == "setuptools>=40.8.0"
+    (src / "pyproject.toml").write_text(PYPROJECT)
+    outcome = lock_use_case.lock_image(image)
+    assert requirement_lines(uv) == ["torch==2.10.0", "numpy<3", "hatchling>=1.18"]
+    assert [path for path, _ in outcome.lock.input_files] == ["src/pyproject.toml"]
+    assert outcome.lock.project is not None and outcome.lock.project.path == "src"
+    assert '[project]\npath = "src"\ninstall = true\n' in outcome.text
+
+
+def test_requires_python_is_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    image, _ = setup(monkeypatch, tmp_path, "")
+    (image / "envbuild.toml").write_text(
+        DEMO_REQUEST.replace(
+            '[packages]\nrequirements = ["numpy<3"]\n', '[packages]\nfiles = ["pyproject.toml"]\n'
+        )
+    )
+    (image / "pyproject.toml").write_text(PYPROJECT.replace(">=3.10", ">=3.13"))
+    with pytest.raises(UnsatisfiableError) as info:
+        lock_use_case.lock_image(image)
+    assert info.value.message == (
+        "pyproject.toml requires-python = '>=3.13', but the stack's Python is 3.12"
+    )
+
+
+def test_demo_matrix_is_the_fixed_one() -> None:
+    # The conflict test relies on the fixed matrix holding only torch 2.10.0.
+    assert [r.version for r in demo_matrix().releases] == ["2.10.0"]

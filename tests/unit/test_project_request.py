@@ -1,0 +1,150 @@
+"""The request keys of a project: `[packages] files/extras/groups`, `[project]`, `[smoke]
+command` (envbuild/project.py), parsed strictly like the rest of envbuild.toml."""
+
+from __future__ import annotations
+
+import pytest
+
+from envbuild.errors import RequestError
+from envbuild.models import DependencyFiles, ProjectSettings, Request
+from envbuild.request import canonical_request_json, parse_request
+
+HEAD = '[framework]\nrequirement = "torch"\n'
+
+
+def parse(body: str) -> Request:
+    return parse_request((HEAD + body).encode(), path="e/envbuild.toml", default_name="demo")
+
+
+def refused(body: str) -> RequestError:
+    with pytest.raises(RequestError) as info:
+        parse(body)
+    return info.value
+
+
+def test_full_project_request() -> None:
+    request = parse(
+        '[packages]\nfiles = ["pyproject.toml", "requirements-extra.txt"]\n'
+        'extras = ["train"]\ngroups = ["eval"]\n'
+        '[project]\npath = "../app"\ninstall = false\n'
+        'command = ["python", "-m", "app.train"]\nignore = ["notebooks", "!data/vocab.txt"]\n'
+        '[smoke]\ncommand = "python -m app.train  --steps 5"\n'
+    )
+    assert request.dependency_files == DependencyFiles(
+        files=("pyproject.toml", "requirements-extra.txt"), extras=("train",), groups=("eval",)
+    )
+    assert request.project == ProjectSettings(
+        path="../app",
+        install=False,
+        command=("python", "-m", "app.train"),
+        ignore=("notebooks", "!data/vocab.txt"),
+    )
+    # A string command is split at spaces: no shell, no quotes to parse.
+    assert request.smoke.command == ("python", "-m", "app.train", "--steps", "5")
+
+
+def test_defaults_leave_the_canonical_request_unchanged() -> None:
+    # Locks made before these keys existed stay fresh: defaults are not in the hash input.
+    assert canonical_request_json(parse("")) == '{"framework":"torch","name":"demo"}'
+    empty_project = parse("[project]\n")
+    assert empty_project.project == ProjectSettings()
+    assert canonical_request_json(empty_project) == (
+        '{"framework":"torch","name":"demo","project":{}}'
+    )
+
+
+@pytest.mark.parametrize(
+    ("body", "message", "hint"),
+    [
+        (
+            '[packages]\nfiles = ["setup.cfg"]\n',
+            "e/envbuild.toml: [packages] files: 'setup.cfg' is not a pyproject.toml, a "
+            "requirements file (.txt, .in) or a uv.lock",
+            'name the project\'s own file, for example files = ["pyproject.toml"]',
+        ),
+        (
+            '[packages]\nfiles = ["/srv/app/requirements.txt"]\n',
+            "e/envbuild.toml: [packages] files: '/srv/app/requirements.txt' is not a path "
+            "relative to the image folder",
+            "write it relative to the folder that holds envbuild.toml, for example "
+            '"pyproject.toml" or "../../app"',
+        ),
+        (
+            '[packages]\nfiles = ["a/pyproject.toml", "b/pyproject.toml"]\n',
+            "e/envbuild.toml: [packages] files: 'a/pyproject.toml' and 'b/pyproject.toml' are "
+            "two pyproject files",
+            "lock one project per image: name one of them",
+        ),
+        (
+            '[packages]\nfiles = ["pyproject.toml", "uv.lock"]\n',
+            "e/envbuild.toml: [packages] files: 'pyproject.toml' and 'uv.lock' both describe "
+            "the project",
+            "name the uv.lock to keep its pins (its pyproject.toml is read with it), or the "
+            "pyproject.toml to let envbuild pick versions",
+        ),
+        (
+            '[packages]\nfiles = ["requirements.txt"]\nextras = ["train"]\n',
+            "e/envbuild.toml: [packages] extras: extras are chosen, but files names no "
+            "pyproject.toml or uv.lock to take them from",
+            'add the project\'s file, for example files = ["pyproject.toml"]',
+        ),
+        (
+            '[packages]\nfiles = ["uv.lock"]\ngroups = ["dev", "Dev"]\n',
+            "e/envbuild.toml: [packages] groups: names the same one twice",
+            "list each once",
+        ),
+        (
+            '[project]\ninstall = "yes"\n',
+            "e/envbuild.toml: [project] install: expected true or false, got a string 'yes'",
+            "write install = true or install = false (no quotes)",
+        ),
+        (
+            "[project]\ncommand = 5\n",
+            "e/envbuild.toml: [project] command: expected a string or an array of strings, got "
+            "an integer 5",
+            'write command = "python -m train --steps 5" or command = ["python", "-m", "train"]',
+        ),
+        (
+            '[smoke]\ncommand = "   "\n',
+            "e/envbuild.toml: [smoke] command: '   ' has leading or trailing spaces",
+            "write ''",
+        ),
+        (
+            "[smoke]\ncommand = []\n",
+            "e/envbuild.toml: [smoke] command: is empty",
+            "remove command or give it a command",
+        ),
+        (
+            "[smoke]\ncommand = \"python -c 'import x'\"\n",
+            'e/envbuild.toml: [smoke] command: "python -c \'import x\'" contains "\'"',
+            "write it without quotes, backslashes, '$', backticks, newlines or control "
+            "characters (they would end up inside Dockerfile and shell text)",
+        ),
+        (
+            '[project]\npath = "~/code"\n',
+            "e/envbuild.toml: [project] path: '~/code' is not a path relative to the image folder",
+            "write it relative to the folder that holds envbuild.toml, for example "
+            '"pyproject.toml" or "../../app"',
+        ),
+        (
+            "[project]\nentrypoint = []\n",
+            "e/envbuild.toml: [project] entrypoint: unknown key",
+            "keys of [project]: path, install, command, ignore",
+        ),
+    ],
+)
+def test_refused(body: str, message: str, hint: str) -> None:
+    err = refused(body)
+    assert (err.message, err.hint) == (message, hint)
+    assert err.exit_code == 2
+
+
+def test_framework_base_takes_no_project_files_or_install() -> None:
+    base = '[image]\nbase = "nvcr.io/nvidia/pytorch:25.01-py3"\n'
+    err = refused(base + '[packages]\nfiles = ["requirements.txt"]\n')
+    assert err.message.startswith("e/envbuild.toml: [packages] files: files are named, but base")
+    err = refused(base + "[project]\n")
+    assert err.message.startswith("e/envbuild.toml: [project] install: install = true needs")
+    assert err.hint.startswith("write install = false")
+    ok = parse(base + "[project]\ninstall = false\n")
+    assert ok.project == ProjectSettings(install=False)
