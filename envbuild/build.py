@@ -263,6 +263,25 @@ def _explain_hash_mismatch(err: BuildError, job: ImageJob) -> BuildError:
     )
 
 
+def _passed(job: ImageJob, result: RunResult, judge: Judge, candidate: str) -> SmokeJudgement:
+    """The judgement of a payload run that passed; SmokeFailed for any other run."""
+    judgement: SmokeJudgement | None = None
+    why = ""
+    if not result.timed_out:
+        try:
+            judgement = judge(result)
+        except (ValueError, EnvbuildError) as exc:
+            why = str(exc)
+    ok = judgement is not None and judgement.ok and result.exit_code == 0 and not result.timed_out
+    if not ok:
+        if judgement is not None and judgement.ok:
+            why = f"the report says ok but the payload exited {result.exit_code}"
+            judgement = SmokeJudgement(ok=False, report=judgement.report, summary=why)
+        raise _smoke_failure(job, result, candidate, job.keep_failed, judgement, why)
+    assert judgement is not None
+    return judgement
+
+
 def build_and_verify(
     engine: ContainerEngine,
     job: ImageJob,
@@ -296,39 +315,9 @@ def build_and_verify(
     )
     try:
         result = engine.run(spec)
-        judgement: SmokeJudgement | None = None
-        why = ""
-        if not result.timed_out:
-            try:
-                judgement = judge(result)
-            except (ValueError, EnvbuildError) as exc:
-                why = str(exc)
-        ok = (
-            judgement is not None
-            and judgement.ok
-            and result.exit_code == 0
-            and not result.timed_out
-        )
-        if not ok:
-            if judgement is not None and judgement.ok:
-                why = f"the report says ok but the payload exited {result.exit_code}"
-                judgement = SmokeJudgement(ok=False, report=judgement.report, summary=why)
-            raise _smoke_failure(job, result, candidate, job.keep_failed, judgement, why)
-        assert judgement is not None
+        judgement = _passed(job, result, judge, candidate)
         # The project's own step runs only after the payload passed, as the payload ran.
-        command = (
-            run_command(
-                engine,
-                spec,
-                job.smoke_command,
-                name=job.name,
-                candidate=candidate,
-                keep_failed=job.keep_failed,
-                progress=progress,
-            )
-            if job.smoke_command
-            else None
-        )
+        command = run_command(engine, spec, job, candidate, progress) if job.smoke_command else None
         label = report_label(judgement.report, job, attach, command)
         image_id = engine.tag(
             candidate, job.tag, labels={REPORT_LABEL: label, LOCK_SHA_LABEL: job.lock_sha256}

@@ -171,10 +171,10 @@ def cli() -> None:
 def main() -> None:
     import signal
 
-    from envbuild import compiled
+    from envbuild import codecache
 
     # Before any command module is imported: their dataclasses' methods come compiled.
-    compiled.reuse_dataclass_code()
+    codecache.reuse_dataclass_code()
     signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         try:

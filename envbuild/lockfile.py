@@ -22,6 +22,7 @@ from envbuild.models import (
     LOCK_SCHEMA_VERSION,
     BaseFacts,
     BaseImage,
+    ExtensionBuild,
     Floors,
     FrameworkPick,
     Indexes,
@@ -120,7 +121,13 @@ def dumps(lock: Lock, *, command: str | None = None) -> str:
         document.add("base_facts", _base_facts_table(lock.base_facts))
     if lock.project is not None:
         document.add("project", _project_table(lock.project))
+    # Only locks with source packages have it, as with base_facts.
+    if lock.build is not None:
+        document.add("build", _build_table(lock.build))
     document.add("package", _package_tables(lock))
+    # Locks made before envbuild pinned an installer have none: their bytes stay as they were.
+    if lock.installer:
+        document.add("installer", _packages_aot(lock.installer))
 
     text = tomlkit.dumps(document)
     digest = _content_hash(_CONTENT_RE.sub("", text, count=1))
@@ -281,23 +288,59 @@ def _base_facts_from(document: dict[str, Any]) -> BaseFacts | None:
         image_id=_text(table, "image_id", "base_facts", ""),
         has_pip=_typed(table.get("has_pip", True), bool, "base_facts.has_pip"),
         packages=tuple(
-            sorted((str(k), _typed(v, str, f"base_facts.packages.{k}")) for k, v in packages.items())
+            sorted(
+                (str(k), _typed(v, str, f"base_facts.packages.{k}")) for k, v in packages.items()
+            )
         ),
     )
 
 
 def _package_tables(lock: Lock) -> Any:
+    return _packages_aot(lock.packages)
+
+
+def _packages_aot(locked: Sequence[LockedPackage]) -> Any:
     import tomlkit
 
     packages = tomlkit.aot()
-    for package in sorted(lock.packages, key=lambda p: p.name):
+    for package in sorted(locked, key=lambda p: p.name):
         table = tomlkit.table()
         table.add("name", package.name)
         table.add("version", package.version)
         table.add("source", package.source)
+        if package.sdist:  # absent for wheels: their tables keep their bytes
+            table.add("sdist", True)
+            table.add("build_requires", _array(package.build_requires))
         table.add("hashes", _array(sorted(package.hashes), multiline=True))
         packages.append(table)
     return packages
+
+
+def _build_table(build: ExtensionBuild) -> Any:
+    """[build]: how the builder stage compiles the source packages, and its own pins."""
+    import tomlkit
+
+    table = tomlkit.table()
+    table.add("toolchain", build.toolchain)
+    table.add("cuda_archs", _array(build.cuda_archs))
+    table.add("toolchain_packages", _array(build.toolchain_packages))
+    table.add("package", _packages_aot(build.packages))
+    return table
+
+
+def _build_from(document: dict[str, Any]) -> ExtensionBuild | None:
+    if "build" not in document:
+        return None
+    table = _typed(document["build"], dict, "[build]")
+    toolchain = _text(table, "toolchain", "build")
+    if toolchain not in ("devel", "wheels"):
+        raise ValueError(f"build.toolchain {toolchain!r} is not devel or wheels")
+    return ExtensionBuild(
+        toolchain=toolchain,
+        cuda_archs=_texts(table, "cuda_archs", "build"),
+        toolchain_packages=_texts(table, "toolchain_packages", "build"),
+        packages=_packages_from(table, where="build.package"),
+    )
 
 
 def _opt(table: Any, key: str, value: object) -> None:
@@ -467,11 +510,13 @@ def _stack_from(document: dict[str, Any], base_image: BaseImage) -> Stack:
     )
 
 
-def _packages_from(document: dict[str, Any]) -> tuple[LockedPackage, ...]:
+def _packages_from(
+    document: dict[str, Any], *, where: str = "package"
+) -> tuple[LockedPackage, ...]:
     packages = []
-    for entry in _typed(document.get("package", []), list, "[[package]]"):
-        _typed(entry, dict, "[[package]]")
-        name = _text(entry, "name", "package")
+    for entry in _typed(document.get("package", []), list, f"[[{where}]]"):
+        _typed(entry, dict, f"[[{where}]]")
+        name = _text(entry, "name", where)
         hashes = _texts(entry, "hashes", f"package {name}")
         for value in hashes:
             if not _HASH_RE.match(value):
@@ -482,6 +527,8 @@ def _packages_from(document: dict[str, Any]) -> tuple[LockedPackage, ...]:
                 version=_text(entry, "version", f"package {name}"),
                 hashes=hashes,
                 source=_text(entry, "source", f"package {name}"),
+                sdist=_typed(entry.get("sdist", False), bool, f"package {name}.sdist"),
+                build_requires=_texts(entry, "build_requires", f"package {name}"),
             )
         )
     return tuple(packages)
@@ -545,6 +592,8 @@ def _lock_from(document: dict[str, Any]) -> Lock:
         ),
         base_facts=_base_facts_from(document),
         project=_project_from(document),
+        build=_build_from(document),
+        installer=_packages_from({"package": document.get("installer", [])}, where="installer"),
         input_files=tuple(
             sorted(
                 (str(k), _typed(v, str, f"inputs.files.{k}"))
@@ -619,7 +668,7 @@ def check_fresh(
     if body_edited(text):
         raise LockEditedError(
             f"{path}: the lock was edited by hand (its body no longer matches content_hash); "
-            "regenerate it instead (previous picks that still fit are kept)",
+            "regenerate it instead (nothing of the edited lock is kept)",
             hint=cmd,
             fields={"file": path, "reason": "edited"},
         )

@@ -260,6 +260,28 @@ class LockedPackage:
     """"sha256:<hex>" of every file pip may pick for the target, sorted."""
     source: str
     """The index URL it was resolved from."""
+    sdist: bool = False
+    """Locked from its source distribution (no wheel fits the image): `hashes` are the sdist's
+    and the image's builder stage compiles it (`Lock.build`)."""
+    build_requires: tuple[str, ...] = ()
+    """An sdist's `[build-system] requires` as its pyproject.toml states them (PEP 518)."""
+
+
+@dataclass(frozen=True)
+class ExtensionBuild:
+    """How the builder stage compiles the lock's source packages (`LockedPackage.sdist`)."""
+
+    toolchain: str
+    """ "devel": nvcc of the builder image (`BaseImage.builder`); "wheels": NVIDIA's CUDA
+    toolkit wheels from PyPI (`toolchain_packages`), installed in the builder only."""
+    cuda_archs: tuple[str, ...]
+    """What nvcc compiles: a cubin per target ("sm_89", "sm_90") and, where the framework
+    build carries PTX, PTX of the newest target ("compute_90"), sorted."""
+    toolchain_packages: tuple[str, ...] = ()
+    """Names (in `Lock.packages` or `packages` here) installed as the toolchain, sorted."""
+    packages: tuple[LockedPackage, ...] = ()
+    """Builder-only pins: the toolchain and the sdists' build requirements that the image
+    itself does not hold, with hashes like every other package."""
 
 
 LOCK_SCHEMA_VERSION = 1
@@ -293,6 +315,12 @@ class Lock:
     input_files: tuple[tuple[str, str], ...] = ()
     """(path relative to the image folder, sha256) of each project file the lock read
     (`[packages] files` and what they include); `lock --check` re-hashes them."""
+    build: ExtensionBuild | None = None
+    """How source packages are compiled; None when every package is a wheel."""
+    installer: tuple[LockedPackage, ...] = ()
+    """The installer the image build runs and does not keep (uv, pinned with its hashes like
+    every package: pip installs it hash-checked, then it installs `packages`); empty: pip
+    installs `packages` itself (a lock made before envbuild pinned one)."""
 
 
 FRAMEWORK_FLAVOUR = "framework"

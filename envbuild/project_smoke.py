@@ -11,10 +11,13 @@ from __future__ import annotations
 import dataclasses
 import shlex
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envbuild.engine import ContainerEngine, ProgressFn, RunResult, RunSpec
 from envbuild.errors import SmokeFailed
+
+if TYPE_CHECKING:
+    from envbuild.build import ImageJob
 
 TAIL_LINES = 20
 SMOKE_ENV = "ENVBUILD_SMOKE"
@@ -41,15 +44,13 @@ def record(command: Sequence[str], result: RunResult) -> dict[str, Any]:
 def run_command(
     engine: ContainerEngine,
     payload_spec: RunSpec,
-    command: Sequence[str],
-    *,
-    name: str,
+    job: ImageJob,
     candidate: str,
-    keep_failed: bool,
     progress: ProgressFn,
 ) -> dict[str, Any]:
-    """Run `command` like the payload ran (`payload_spec` with another command); its record,
-    or SmokeFailed (exit 6) when it fails or runs out of time."""
+    """Run the job's `smoke_command` like the payload ran (`payload_spec` with another
+    command); its record, or SmokeFailed (exit 6) when it fails or runs out of time."""
+    command, name, keep_failed = job.smoke_command, job.name, job.keep_failed
     shown = shlex.join(command)
     progress(f"running the project's smoke command: {shown}")
     spec = dataclasses.replace(

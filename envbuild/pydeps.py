@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -58,9 +59,27 @@ class PinRequest:
     offline: bool = False
     constraints: tuple[str, ...] = ()
     """`name==version` lines the resolution must keep (a framework base's installed packages)."""
+    source_packages: tuple[str, ...] = ()
+    """Names that may be locked from their sdist (no wheel fits); every other name stays
+    wheel-only."""
+    dependency_metadata: tuple[DependencyMetadata, ...] = ()
+    """What the source packages depend on, read from their sdists, so uv never builds one to
+    learn it (uv's `dependency-metadata` setting)."""
+
+
+@dataclass(frozen=True)
+class DependencyMetadata:
+    """One sdist's dependencies as uv's `dependency-metadata` table states them
+    (https://docs.astral.sh/uv/reference/settings/#dependency-metadata)."""
+
+    name: str
+    version: str | None
+    """None: for every version (used to pick one without reading its dependencies yet)."""
+    requires_dist: tuple[str, ...] = ()
 
 
 CONSTRAINTS_FILE = "constraints.txt"
+DEPENDENCY_METADATA_FILE = "uv-dependency-metadata.toml"
 
 
 @dataclass(frozen=True)
@@ -79,6 +98,8 @@ class PinResult:
     packages: tuple[LockedPackage, ...]
     tool: str
     """ "uv" or "pip"."""
+    sdist_urls: tuple[tuple[str, str], ...] = ()
+    """(name, URL or path) of each package locked from its sdist."""
 
 
 def run_subprocess(argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> RunResult:
@@ -155,7 +176,9 @@ def uv_argv(uv: Sequence[str], req: PinRequest) -> list[str]:
         "--python-platform",
         f"{req.platform}-{MANYLINUX}",
         # Images install wheels only: no compiler in them, and building an sdist to read its
-        # metadata would run arbitrary code at lock time.
+        # metadata would run arbitrary code at lock time. Source packages are the named
+        # exceptions (uv honours --no-binary NAME after --only-binary :all:, as pip does);
+        # their metadata comes from DEPENDENCY_METADATA_FILE, so nothing is built.
         "--only-binary",
         ":all:",
         "--index-url",
@@ -175,7 +198,22 @@ def uv_argv(uv: Sequence[str], req: PinRequest) -> list[str]:
         argv.append("--offline")
     if req.constraints:
         argv += ["--constraint", CONSTRAINTS_FILE]
+    for name in sorted(req.source_packages):
+        argv += ["--no-binary", name]
+    if req.dependency_metadata:
+        argv += ["--config-file", DEPENDENCY_METADATA_FILE]
     return argv
+
+
+def dependency_metadata_text(entries: Sequence[DependencyMetadata]) -> str:
+    """uv.toml text with one [[dependency-metadata]] table per source package."""
+    lines: list[str] = []
+    for e in sorted(entries, key=lambda e: e.name):
+        lines += ["[[dependency-metadata]]", f"name = {json.dumps(e.name)}"]
+        if e.version is not None:
+            lines.append(f"version = {json.dumps(e.version)}")
+        lines += [f"requires-dist = {json.dumps(list(e.requires_dist))}", ""]
+    return "\n".join(lines)
 
 
 def peer_compile_command(
@@ -246,7 +284,8 @@ def parse_pylock(text: str, req: PinRequest) -> tuple[LockedPackage, ...]:
             except InvalidMarker:
                 pass  # keep it: uv resolved it for this platform
         files = list(p.get("wheels", []))
-        if not files and "sdist" in p:
+        sdist = not files and "sdist" in p
+        if sdist:
             files = [p["sdist"]]
         hashes = sorted(
             {f"sha256:{f['hashes']['sha256']}" for f in files if "sha256" in f.get("hashes", {})}
@@ -269,9 +308,24 @@ def parse_pylock(text: str, req: PinRequest) -> tuple[LockedPackage, ...]:
                 version=str(p["version"]),
                 hashes=tuple(hashes),
                 source=source,
+                sdist=sdist,
             )
         )
     return tuple(sorted(out, key=lambda x: x.name))
+
+
+def sdist_urls(text: str) -> dict[str, str]:
+    """name -> the URL (or path) of the sdist uv locked it from, for packages locked from
+    source."""
+    from envbuild.request import toml_loads
+
+    out = {}
+    for p in toml_loads(text).get("packages", []):
+        sdist = p.get("sdist")
+        if not p.get("wheels") and isinstance(sdist, dict):
+            where = sdist.get("url") or sdist.get("path") or ""
+            out[str(canonicalize_name(p["name"]))] = str(where)
+    return out
 
 
 def source_of(url: str, req: PinRequest, *, index: str | None = None) -> str:
@@ -381,6 +435,21 @@ def classify_failure(tool: str, stderr: str, req: PinRequest) -> Exception:
             "index, then re-lock with --upgrade-package NAME",
             fields={"tool": tool},
         )
+    source_only = sorted(
+        {str(canonicalize_name(n)) for n in _SOURCE_ONLY.findall(stderr)}
+        - set(req.source_packages)
+    )
+    if source_only:
+        names = ", ".join(source_only)
+        return UnsatisfiableError(
+            f"{names}: no wheel fits Python {req.python} on linux/{req.platform} (only a "
+            f"source distribution does), and images install wheels unless told otherwise:\n"
+            f"{detail}",
+            hint="set [image] compile_extensions = true (with [targets] gpus) to lock it from "
+            "its sdist and compile it in the image's builder stage for those GPUs, or require "
+            "a version that publishes a wheel for this Python and platform",
+            fields={"tool": tool, "source_only": source_only, "reasons": detail.splitlines()},
+        )
     if "no solution found" in low or "resolutionimpossible" in low or "conflict" in low:
         return UnsatisfiableError(
             f"the Python packages cannot be pinned together for Python {req.python} on "
@@ -401,6 +470,12 @@ def classify_failure(tool: str, stderr: str, req: PinRequest) -> Exception:
         "ENVBUILD_PYDEPS=pip",
         fields={"tool": tool},
     )
+
+
+# uv's hint when only an sdist fits: "Wheels are required for `flash-attn` because building
+# from source is disabled for all packages (i.e., with `--no-build`)"; pip's resolver says
+# "No matching distribution found" without naming why, so only uv's answer is read here.
+_SOURCE_ONLY = re.compile(r"Wheels are required for `([A-Za-z0-9._-]+)` because building")
 
 
 # Settings that would silently add indexes, find-links or constraints to a lock: the request's
@@ -458,11 +533,16 @@ def pin(
     runner = runner or run_subprocess
     name, base = select_tool(tool)
     env = isolated_env(os.environ)
+    sdists: tuple[tuple[str, str], ...] = ()
     with tempfile.TemporaryDirectory(prefix="envbuild-pin-") as tmp:
         work = Path(tmp)
         (work / "requirements.in").write_text("\n".join(req.requirements) + "\n")
         if req.constraints:
             (work / CONSTRAINTS_FILE).write_text("\n".join(req.constraints) + "\n")
+        if req.dependency_metadata:
+            (work / DEPENDENCY_METADATA_FILE).write_text(
+                dependency_metadata_text(req.dependency_metadata)
+            )
         if name == "uv":
             if req.preferences:
                 (work / PREFERENCES_FILE).write_text(preferences_text(req.preferences))
@@ -472,11 +552,19 @@ def pin(
             out = work / PREFERENCES_FILE
             text = out.read_text() if out.exists() else result.stdout
             packages = parse_pylock(text, req)
+            sdists = tuple(sorted(sdist_urls(text).items()))
         else:
             if req.offline:
                 raise PinError(
                     "--offline needs uv: pip has no offline resolution from its cache",
                     hint="pip install uv, or lock without --offline",
+                )
+            if req.source_packages:
+                raise PinError(
+                    f"locking {', '.join(req.source_packages)} from source needs uv: pip "
+                    "would run the sdist's build backend to read its dependencies",
+                    hint="pip install uv (it is in envbuild's dev extra), or unset "
+                    "ENVBUILD_PYDEPS=pip",
                 )
             result = runner(pip_argv(base, req, "report.json"), work, env)
             if result.returncode != 0:
@@ -488,7 +576,7 @@ def pin(
             f"{name} returned no packages for {list(req.requirements)}",
             hint="run with ENVBUILD_DEBUG=1 and report it",
         )
-    return PinResult(packages=packages, tool=name)
+    return PinResult(packages=packages, tool=name, sdist_urls=sdists)
 
 
 # --- what the framework's own wheel metadata pinned --------------------------------------------

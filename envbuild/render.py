@@ -10,6 +10,7 @@ COPYs; `context_tar` packs them reproducibly (sorted, mtime 0, root-owned).
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import re
@@ -19,8 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envbuild import project as project_keys
-from envbuild import resources, smoke, sourcetree
+from envbuild import project, resources, smoke, sourcetree
 from envbuild.errors import UserError
 from envbuild.locations import is_direct_url, is_remote
 from envbuild.lockfile import dumps, lock_sha256
@@ -374,8 +374,7 @@ def template_values(
         "source": options.source,
         "lock_sha256": lock_sha256(text),
         "envbuild_template": base["template"],
-        # The project's code, its install and the image's command (envbuild/project.py).
-        **project_keys.template_values(lock.project),
+        **project.template_values(lock.project),  # the code, its install, the CMD
     }
 
 
@@ -490,6 +489,7 @@ MAX_LOOP_STEPS = 100_000
 _BIG_WIDTH = re.compile(r"[0-9]{7,}")  # a format width of a million characters or more
 
 
+@functools.cache
 def _sandbox() -> Any:
     """The sandboxed environment class, with the limits above (jinja2 imported lazily)."""
     from jinja2.exceptions import SecurityError
@@ -546,9 +546,11 @@ def _binop_problem(operator: str, left: Any, right: Any) -> str:
     return ""
 
 
+@functools.lru_cache(maxsize=8)
 def _environment(user_template: str | None) -> Any:
     """The render environment: the built-in templates, and the folder's Dockerfile.j2 source
-    (already read) when there is one; sandboxed either way."""
+    (already read) when there is one; sandboxed either way. Cached per template source, so the
+    compiled templates are reused (`_generate` resets the loop budget of each render)."""
     import jinja2
 
     builtin = jinja2.PrefixLoader(
@@ -596,6 +598,7 @@ def _generate(template: Any, values: dict[str, Any]) -> str:
 
     parts: list[str] = []
     size = 0
+    template.environment.steps = 0
     for chunk in template.generate(values):
         size += len(chunk)
         if size > MAX_OUTPUT:
@@ -769,8 +772,7 @@ def build_context(
         files[CA_CONTEXT_PATH] = options.ca_cert
     if options.find_links is not None:
         files.update(_wheel_files(options.find_links))
-    if lock.project is not None:
-        files.update(sourcetree.context_files(lock.project, image_dir))
+    files.update(sourcetree.context_files(lock.project, image_dir))
     return dict(sorted(files.items()))
 
 

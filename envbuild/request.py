@@ -621,15 +621,8 @@ def check_request(request: Request, origin: RequestOrigin = FLAGS) -> Request:
             toml='write device = "cpu" too, or pick a CUDA flavour ("auto", "plain", "base", ...)',
             flags="use --cpu for a CPU image, or another --flavour",
         )
-    if request.compile_extensions and request.flavour == "plain":
-        raise origin.fail(
-            "image",
-            "compile_extensions",
-            'flavour = "plain" has no CUDA compiler to build extensions with',
-            toml='write flavour = "auto" (a devel builder stage is added) or drop '
-            "compile_extensions",
-            flags="drop --flavour plain (auto adds a devel builder stage) or --compile-extensions",
-        )
+    # compile_extensions with flavour "plain" is allowed: with no nvidia/cuda image, nvcc
+    # comes from NVIDIA's CUDA toolkit wheels (CUDA >= 13; envbuild/extensions.py).
     return request
 
 

@@ -220,8 +220,11 @@ def _too_large(files: dict[str, bytes]) -> None:
     )
 
 
-def context_files(project: ProjectSettings, image_dir: Path) -> dict[str, bytes]:
-    """The project's files under `project/` in a build context, and its `.dockerignore`."""
+def context_files(project: ProjectSettings | None, image_dir: Path) -> dict[str, bytes]:
+    """The project's files under `project/` in a build context, and its `.dockerignore`
+    (nothing without a project)."""
+    if project is None:
+        return {}
     folder = inside_repo(image_dir, project.path, what="[project] path")
     if not folder.is_dir():
         raise RequestError(

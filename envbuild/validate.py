@@ -1,23 +1,27 @@
-"""Will this lock run on that host? Pure pre-flight and fleet view (`envbuild.reports` writes
-them as a Kubernetes Job and JUnit XML).
+"""Will this lock run on that host? The pure pre-flight and its verdict (`envbuild.fleet` runs
+it over a file of hosts; `envbuild.reports` writes a Kubernetes Job and JUnit XML).
 
 Nothing here starts a container or reads a file: `envbuild.app.validate` gathers the lock and
-the host facts and runs the smoke payload; this module decides. The checks, and why each exists:
+the host facts and runs the smoke payload; this module decides, from what the image needs:
 
-- driver floor: the lock records two driver minimums (`Floors`); the host's driver must reach
-  the one the lock relies on. The NVIDIA Container Toolkit does not check this under CDI
-  (https://github.com/NVIDIA/nvidia-container-toolkit, internal/modifier/cdi.go has no
-  requirement check), so a too-new image would start and fail at CUDA init.
+- driver floor: the CUDA the lock's wheels were built for needs the minor-version-
+  compatibility floor of its major, or the toolkit's own floor when the lock says
+  compat = "strict" (`Floors`; the request's targets.driver does not raise it). The NVIDIA
+  Container Toolkit does not check this under CDI (https://github.com/NVIDIA/nvidia-container-
+  toolkit, internal/modifier/cdi.go has no requirement check), so a too-new image would start
+  and fail at CUDA init.
 - compute capability: each GPU must be covered by a cubin of the same major and a minor <= the
   device's, or by PTX of a cc <= the device's, which the driver JIT-compiles; JIT of PTX needs
   the toolkit's own driver floor, not the minor-version-compatibility one (CUDA C++
   Programming Guide, "Binary Compatibility" / "PTX Compatibility"; CUDA Compatibility guide,
-  "Minor Version Compatibility" limits).
-- NVIDIA_REQUIRE_CUDA: the expression libnvidia-container would evaluate in its legacy hook,
-  evaluated here against the host: space-separated constraints are ORed, comma-separated
-  ones ANDed; properties cuda (the CUDA version the driver supports), driver, arch (compute
-  capability), brand; unknown properties are skipped (nvidia-container-toolkit
-  internal/requirements/constraints/factory.go, binary.go, property.go).
+  "Minor Version Compatibility" limits). cuDNN: each GPU inside the range of the build's
+  cuDNN (matrix/cudnn.toml).
+- NVIDIA_REQUIRE_CUDA (envbuild/require_cuda.py), with the CUDA version the driver supports
+  taken from the facts or derived from the driver (matrix/cuda.toml).
+- /dev/shm (a note: containers get their own) and GPU memory against what the smoke test needs.
+
+The verdict (`HostVerdict`): runs; runs relying on minor-version compatibility, with what that
+gives up; or does not run, with the one fix that would make it run.
 """
 
 from __future__ import annotations
@@ -216,7 +220,7 @@ def _driver_check(lock: Lock, host: Host, cuda: str | None) -> Check:
             "driver-floor",
             "pass",
             f"driver {host.driver} >= {floor}, the minor-version-compatibility floor of CUDA "
-            f"{floor_major(lock)}.x; below {floors.toolkit}, CUDA {lock.stack.cuda}'s own "
+            f"{_cuda_major(lock)}.x; below {floors.toolkit}, CUDA {lock.stack.cuda}'s own "
             f"floor{supports}",
         )
     which = "minor-version-compatibility" if mvc else "toolkit"
@@ -230,7 +234,7 @@ def _driver_check(lock: Lock, host: Host, cuda: str | None) -> Check:
     )
 
 
-def floor_major(lock: Lock) -> str:
+def _cuda_major(lock: Lock) -> str:
     return (lock.stack.cuda or "?").split(".")[0]
 
 
@@ -623,7 +627,7 @@ def _verdict(
             "runs_minor_compat",
             f"driver {host.driver} is below {floors.toolkit}, CUDA {lock.stack.cuda}'s own floor, "
             f"and reaches {floor}, the minor-version-compatibility floor of CUDA "
-            f"{floor_major(lock)}.x",
+            f"{_cuda_major(lock)}.x",
             gives_up=_gives_up(lock, host, cuda),
             notes=tuple(notes),
         )

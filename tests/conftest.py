@@ -9,8 +9,13 @@ that reproduces it (`@reproduce_failure`).
 from __future__ import annotations
 
 import os
+import tempfile
 
 from hypothesis import settings
+
+# envbuild's user cache (compiled matrix, dataclass code) goes to a folder of this run, not
+# the developer's ~/.cache: child processes (CLI tests) inherit it.
+os.environ.setdefault("ENVBUILD_CACHE_DIR", tempfile.mkdtemp(prefix="envbuild-test-cache-"))
 
 settings.register_profile("ci", derandomize=True, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))

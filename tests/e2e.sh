@@ -15,6 +15,9 @@
 #      the JSON reports
 #   6. Podman through its Docker-compatible API (`podman system service`) on the pinned lock
 #                                                   -> exit 0, tagged in Podman with the labels
+#   7. images/torch-project (a pyproject.toml project, torch CPU from E2E_WHEELS=/opt/wheels):
+#      its code installed, its own smoke command passes and is in the report; a code change
+#      rebuilds at most its last 3 layers
 # `bash tests/e2e.sh prepare` only starts the engine and makes the base image (.ci/run uses it
 # so the engine-marked tests of `make check` run too). E2E_PODMAN=0 skips step 6.
 set -euo pipefail
@@ -281,4 +284,42 @@ if [ "$E2E_PODMAN" = 1 ]; then
     lap
 fi
 
-say "e2e passed: classic, BuildKit and Podman builds tagged with envbuild.lock.sha256 and envbuild.smoke.report; $REG/envbuild-e2e/torch-slim@$PUSHED pushed after its pass"
+say "7. a project (images/torch-project): its pyproject.toml locked, its code installed, its own smoke command"
+PROJECT_DIR=images/torch-project
+WHEELS=${E2E_WHEELS:-/opt/wheels}  # the torch CPU wheel its lock was made from
+TAG_PROJECT=envbuild-e2e/torch-project:ok
+TAG_EDITED=envbuild-e2e/torch-project:edited
+[ -d "$WHEELS" ] || fail "$WHEELS is missing (images/torch-project locks torch from it); set E2E_WHEELS"
+unset ENVBUILD_MATRIX_OVERLAY  # step 4's overlay changes the debian12 row this lock rests on
+LOCK_SHA=$(sha256sum "$PROJECT_DIR/envbuild.lock" | cut -d' ' -f1)
+docker image rm "$TAG_PROJECT" "$TAG_EDITED" >/dev/null 2>&1 || true
+run "$ENVBUILD" lock --check "$PROJECT_DIR"
+run "$ENVBUILD" image "$PROJECT_DIR" --base-image "$BASE" --ca-cert "$CA_CERT" --find-links "$WHEELS" \
+    --tag "$TAG_PROJECT" --json >"$WORK/project.json"
+check_json "$WORK/project.json" ok=True device=cpu smoke_command.ok=True smoke_command.exit_code=0 \
+    "smoke_command.stdout_tail=['torch 2.13.0+cpu on cpu: 5 steps in*"
+docker image inspect --format '{{index .Config.Labels "envbuild.smoke.report"}}' "$TAG_PROJECT" |
+    grep -q '"smoke_command":{"command":\["python","-m","torch_project.train","--steps","5"\]' ||
+    fail "the report label of $TAG_PROJECT does not record the smoke command"
+run docker run --rm "$TAG_PROJECT" python -m torch_project.train --steps 3 >"$WORK/project.run"
+grep -q '^torch 2.13.0+cpu on cpu: 3 steps' "$WORK/project.run" || fail "the project does not run: $(cat "$WORK/project.run")"
+# A code change: the same lock, one source file edited -> only the last layers differ.
+rm -rf "$WORK/edited"
+mkdir -p "$WORK/edited"
+cp -r "$PROJECT_DIR" "$WORK/edited/"
+echo '# edited by tests/e2e.sh' >>"$WORK/edited/torch-project/src/torch_project/train.py"
+run "$ENVBUILD" image "$WORK/edited/torch-project" --base-image "$BASE" --ca-cert "$CA_CERT" \
+    --find-links "$WHEELS" --tag "$TAG_EDITED" --json >"$WORK/edited.json"
+check_json "$WORK/edited.json" ok=True smoke_command.ok=True
+for t in "$TAG_PROJECT" "$TAG_EDITED"; do
+    docker image inspect --format '{{range .RootFS.Layers}}{{println .}}{{end}}' "$t" | sed '/^$/d' >"$WORK/layers.${t##*:}"
+done
+total=$(wc -l <"$WORK/layers.ok")
+shared=$(paste -d' ' "$WORK/layers.ok" "$WORK/layers.edited" | awk '$1 != $2 {exit} {n++} END {print n+0}')
+echo "layers: $shared of $total shared after a code change" >&2
+[ "$total" = "$(wc -l <"$WORK/layers.edited")" ] && [ "$shared" -lt "$total" ] && [ "$((total - shared))" -le 3 ] ||
+    fail "a code change rebuilt $((total - shared)) of $total layers (expected the project's copy, its install and the user step: at most 3)"
+[ "$(smoke_containers)" = 0 ] || fail "smoke container left behind after a pass"
+lap
+
+say "e2e passed: classic, BuildKit and Podman builds tagged with envbuild.lock.sha256 and envbuild.smoke.report; $REG/envbuild-e2e/torch-slim@$PUSHED pushed after its pass; images/torch-project built with its own smoke command, a code change rebuilding only its last layers"

@@ -8,7 +8,6 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envbuild import hostinfo
 from envbuild import matrix as matrix_data
 from envbuild.engine import ContainerEngine
 from envbuild.errors import UserError
@@ -82,6 +81,8 @@ def locks_in_reach(root: Path) -> list[tuple[str, Path]]:
 def host_facts(facts_file: Path | None) -> dict[str, Any]:
     """This host's facts: from a recorded file (ENVBUILD_HOST_FACTS, one host) when given,
     else probed through NVML."""
+    from envbuild import hostinfo  # NVML, sockets, the engine's API: only for host facts
+
     if facts_file is None:
         return hostinfo.probe_facts()
     hosts = hostinfo.load_facts_file(facts_file)

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
@@ -24,10 +24,8 @@ from packaging.utils import (
 )
 
 from envbuild import matrix as matrix_data
-from envbuild.app import inputs, project_lock
-from envbuild.app.base_lock import lock_framework_base
-from envbuild.engine import ContainerEngine
-from envbuild import pydeps, registry, resolver
+from envbuild import pydeps, resolver
+from envbuild.app import inputs, project_lock, source_lock
 from envbuild.archs import ArchRules, cc_tuple, coverage
 from envbuild.cudawheels import cuda_libs
 from envbuild.errors import LockError, MatrixError, PinError, UnsatisfiableError, UserError
@@ -57,6 +55,10 @@ from envbuild.models import (
 )
 from envbuild.request import load_request, request_hash
 from envbuild.versions import major_minor
+
+if TYPE_CHECKING:  # the project readers load only for requests with project files
+    from envbuild.engine import ContainerEngine
+    from envbuild.projectdeps import ProjectInputs
 
 DigestLookup = Callable[[str], "str | None"]
 
@@ -126,6 +128,8 @@ def lock_image(
     request = load_request(image_dir)  # a bad request stops here: nothing is written
     if request.base is not None:
         # A framework base: its facts come from the image itself (envbuild.app.base_lock).
+        from envbuild.app.base_lock import lock_framework_base
+
         lock, text, notes, tool, written = lock_framework_base(
             image_dir,
             request,
@@ -150,33 +154,26 @@ def lock_image(
     indexes = _pin_indexes(request, stack, image_dir)
     notes = (not_kept, credentials_note(request))
     warnings = [*(note for note in notes if note), *indexes.warnings]
-    kept_packages = kept.packages if kept is not None else ()
+    # The registry answers while uv pins (and what writing the lock imports loads meanwhile).
+    digest_job = in_background(lambda: _base_digest(stack, kept, offline, digest_lookup))
+    kept_packages = (*kept.packages, *kept.installer) if kept is not None else ()
     preferences = tuple(p for p in kept_packages if canonicalize_name(p.name) not in upgrade_set)
-    try:
-        pinned = _pin_or_pypi_hint(
-            stack,
-            matrix,
-            request,
-            pydeps.PinRequest(
-                requirements=(
-                    *_stack_requirements(stack),
-                    *request.packages,
-                    *(project.lines if project else ()),
-                ),
-                python=stack.python,
-                platform=request.platform,
-                index_url=indexes.index_url,
-                extra_index_urls=indexes.extra_index_urls,
-                find_links=indexes.find_links,
-                preferences=preferences,
-                upgrade_packages=tuple(sorted(upgrade_set)),
-                offline=offline,
-                constraints=tuple(c.text for c in project.constraints) if project else (),
-            ),
-            runner,
-        )
-    except UnsatisfiableError as err:
-        raise project_lock.pin_conflict(err, project, stack) from None
+    pin = pydeps.PinRequest(
+        requirements=(*_stack_requirements(stack), *request.packages),
+        python=stack.python,
+        platform=request.platform,
+        index_url=indexes.index_url,
+        extra_index_urls=indexes.extra_index_urls,
+        find_links=indexes.find_links,
+        preferences=preferences,
+        upgrade_packages=tuple(sorted(upgrade_set)),
+        offline=offline,
+    )
+    # The installer is pinned in the same resolution (it has no dependencies), then split off.
+    with_installer = pin_installer(pin, offline, kept)
+    sourced = _pin_with_project(stack, matrix, request, with_installer, project, runner)
+    pinned, installed_by = split_installer(sourced.result, request)
+    warnings += sourced.notes
     check_pins_installable(pinned.packages)
     check_framework_source(stack, pinned.packages)
     # The framework's own wheel metadata is authoritative for the CUDA libraries it ships.
@@ -185,12 +182,106 @@ def lock_image(
     check_pinned_cudnn(stack, matrix)
     if previous is not None:
         warnings += reuploaded(previous.packages, pinned.packages)
-    digest, digest_warning = _base_digest(stack, kept, offline, digest_lookup)
+    digest, digest_warning = digest_job()
     warnings += digest_warning
     fingerprints = row_fingerprints(stack.rows, matrix.fingerprints())
-    new_lock = Lock(
+    new_lock = _new_lock(request, stack, indexes, digest, pinned.packages, fingerprints, project)
+    new_lock = dataclasses.replace(new_lock, installer=installed_by)
+    # Source packages: the builder stage's toolchain and build requirements, pinned too.
+    build = source_lock.lock_build(
+        lambda r: _pin_or_pypi_hint(stack, matrix, request, r, runner), pin, stack, pinned.packages
+    )
+    if build is not None:
+        new_lock = dataclasses.replace(new_lock, build=build)
+    text = dumps(new_lock, command=regenerate_command(image_dir))
+    written = write_if_changed(lock_path(image_dir), text)
+    if written and kept is not None:
+        warnings += [note for note in (kept_note(kept, pinned.packages, image_dir),) if note]
+    return LockOutcome(
+        path=lock_path(image_dir),
+        status="written" if written else "unchanged",
+        lock=new_lock,
+        text=text,
+        warnings=tuple(warnings),
+        tool=pinned.tool,
+    )
+
+
+
+INSTALLER = "uv"
+"""What the image build installs the lock's packages with (the lock's `installer` list,
+hash-checked like every package): uv installs with `--require-hashes` in a fraction of pip's
+time (benchmarks/RESULTS.md, build)."""
+
+
+def pin_installer(pin: pydeps.PinRequest, offline: bool, kept: Lock | None) -> pydeps.PinRequest:
+    """`pin` with the installer added. Offline only when the previous lock had one (uv's
+    cache then holds it): an offline lock that worked before keeps working."""
+    if offline and (kept is None or not kept.installer):
+        return pin
+    return dataclasses.replace(pin, requirements=(*pin.requirements, INSTALLER))
+
+
+def split_installer(
+    pinned: pydeps.PinResult, request: Request
+) -> tuple[pydeps.PinResult, tuple[LockedPackage, ...]]:
+    """(the image's packages, the installer's pins): the installer is pinned with the
+    packages but not installed into the image, unless the request asks for it too."""
+    name = canonicalize_name(INSTALLER)
+    installer = tuple(p for p in pinned.packages if canonicalize_name(p.name) == name)
+    if not installer or any(_requirement_name(r) == name for r in request.packages):
+        return pinned, installer
+    rest = tuple(p for p in pinned.packages if canonicalize_name(p.name) != name)
+    return dataclasses.replace(pinned, packages=rest), installer
+
+
+def _requirement_name(text: str) -> str:
+    try:
+        return str(canonicalize_name(Requirement(text).name))
+    except Exception:
+        return ""
+
+
+def in_background(fn: Callable[[], Any]) -> Callable[[], Any]:
+    """Run `fn` in a daemon thread; the returned callable waits for its result (or raises its
+    error). Daemon: a registry that hangs cannot hold the process after a failed pin."""
+    import threading
+
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = fn()
+            import tomlkit  # noqa: F401  (what `dumps` needs, loaded while uv still runs)
+        except BaseException as exc:  # handed to the caller
+            box.setdefault("error", exc)
+
+    thread = threading.Thread(target=run, name="envbuild-lock-background", daemon=True)
+    thread.start()
+
+    def result() -> Any:
+        thread.join()
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
+    return result
+
+
+def _new_lock(
+    request: Request,
+    stack: Stack,
+    indexes: _PinIndexes,
+    digest: str | None,
+    packages: tuple[LockedPackage, ...],
+    fingerprints: dict[str, str],
+    project: ProjectInputs | None,
+) -> Lock:
+    """The lock of a resolved and pinned request."""
+    files = project.files if project is not None else ()
+    return Lock(
         name=request.name,
-        input_hash=input_hash(request, fingerprints, project.files if project else ()),
+        input_hash=input_hash(request, fingerprints, files),
         stack=stack,
         targets=request.targets,
         platform=request.platform,
@@ -204,25 +295,38 @@ def lock_image(
         ),
         smoke=request.smoke,
         base_digest=digest,
-        packages=pinned.packages,
+        packages=packages,
         compat=request.compat,
         request_hash=request_hash(request),
         row_fingerprints=tuple(sorted(fingerprints.items())),
         project=request.project,
-        input_files=project.files if project else (),
+        input_files=files,
     )
-    text = dumps(new_lock, command=regenerate_command(image_dir))
-    written = write_if_changed(lock_path(image_dir), text)
-    if written and kept is not None:
-        warnings += [note for note in (kept_note(kept, pinned.packages, image_dir),) if note]
-    return LockOutcome(
-        path=lock_path(image_dir),
-        status="written" if written else "unchanged",
-        lock=new_lock,
-        text=text,
-        warnings=tuple(warnings),
-        tool=pinned.tool,
-    )
+
+
+def _pin_with_project(
+    stack: Stack,
+    matrix: Matrix,
+    request: Request,
+    pin: pydeps.PinRequest,
+    project: ProjectInputs | None,
+    runner: Any,
+) -> source_lock.SourcePins:
+    """The pins, with the project's requirement lines and constraints added; a conflict they
+    cause is worded as the project's (envbuild.app.project_lock). A requirement that only
+    has an sdist is locked from it where the request compiles extensions (source_lock)."""
+    if project is not None:
+        pin = dataclasses.replace(
+            pin,
+            requirements=(*pin.requirements, *project.lines),
+            constraints=(*pin.constraints, *(c.text for c in project.constraints)),
+        )
+    try:
+        return source_lock.pin_allowing_sources(
+            lambda r: _pin_or_pypi_hint(stack, matrix, request, r, runner), pin, request
+        )
+    except UnsatisfiableError as err:
+        raise project_lock.pin_conflict(err, project, stack) from None
 
 
 def _stack_requirements(stack: Stack) -> tuple[str, ...]:
@@ -454,6 +558,8 @@ def _base_digest(
     if previous is not None and previous.stack.base_image.ref == ref:
         digest = previous.base_digest
     if digest is None and not offline:
+        from envbuild import registry
+
         digest = (digest_lookup or registry.registry_digest)(ref)
     if digest is not None:
         return digest, []

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from envbuild import console
 from envbuild.commands.options import help_epilog, matrix_overlay
+
+if TYPE_CHECKING:
+    from envbuild.models import Lock
 
 
 @click.command(
@@ -96,6 +100,7 @@ def command(
                 "packages": len(outcome.lock.packages),
                 "warnings": list(outcome.warnings),
                 "tool": outcome.tool or None,
+                "built_from_source": _built_from_source(outcome.lock),
             }
         )
         return
@@ -114,3 +119,40 @@ def command(
     console.line(
         f"  base: {stack.base_image.ref}" + ("" if outcome.lock.base_digest else " (unpinned)")
     )
+    for source in _built_from_source(outcome.lock):
+        console.line(
+            f"  from source: {source['name']} {source['version']} (no wheel fits; sdist "
+            f"{source['sha256']}, build requires {', '.join(source['build_requires']) or '-'}), "
+            f"compiled for {' '.join(source['cuda_archs'])} with {source['toolchain']}"
+        )
+
+
+def _built_from_source(lock: Lock) -> list[dict[str, Any]]:
+    """The packages the image compiles from their sdists, and how (the lock's [build])."""
+    build = lock.build
+    if build is None:
+        return []
+    if build.toolchain == "devel":
+        toolchain = f"nvcc of {lock.stack.base_image.builder}"
+    else:
+        pins = {p.name: p.version for p in (*lock.packages, *build.packages)}
+        names = [
+            n
+            for n in build.toolchain_packages
+            if n.startswith(("cuda-toolkit", "nvidia-cuda-nvcc"))
+        ]
+        toolchain = (
+            "CUDA toolkit wheels (" + ", ".join(f"{n} {pins.get(n, '?')}" for n in names) + ")"
+        )
+    return [
+        {
+            "name": p.name,
+            "version": p.version,
+            "sha256": p.hashes[0] if p.hashes else "",
+            "build_requires": list(p.build_requires),
+            "cuda_archs": list(build.cuda_archs),
+            "toolchain": toolchain,
+        }
+        for p in lock.packages
+        if p.sdist
+    ]

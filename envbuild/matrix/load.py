@@ -143,7 +143,7 @@ def _load_compiled(built_in_dir: Path, overlay: Path | None, folders: tuple[str,
     matrix, problems, _ = collect(built_in, extra or None, warnings=False)
     if problems:
         raise _problems_error(problems)
-    newest = max((max(s[2], s[3]) for group in stamps for s in group or ()), default=0)
+    newest = max((s[2] for group in stamps for s in group or ()), default=0)
     if path is not None and key is not None and newest < time.time_ns() - RACY_S * 10**9:
         made_by = (collect.__module__, "envbuild.matrix.checks")
         compiled.write(path, key, matrix, made_by=made_by)

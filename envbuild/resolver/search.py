@@ -9,6 +9,7 @@ from typing import Any
 from packaging.version import Version
 
 from envbuild.archs import cc_tuple
+from envbuild.extensions import wheels_have_nvcc
 from envbuild.matrix import (
     CudaImage,
     CudaRelease,
@@ -275,12 +276,22 @@ def _check_os(
             return misses, None, flavour, None, notes
     builder: CudaImage | None = None
     if ctx.request.compile_extensions:
-        builder = _cuda_image(ctx.matrix, build.cuda, osimg.os, "devel")
-        if builder is None:
-            mm = _major_minor(build.cuda)
+        # nvcc from a devel image, else (flavour plain, or no devel image for this OS) from
+        # NVIDIA's toolkit wheels, which hold it from CUDA 13.0 on (envbuild/extensions.py).
+        if flavour != "plain":
+            builder = _cuda_image(ctx.matrix, build.cuda, osimg.os, "devel")
+        mm = _major_minor(build.cuda)
+        if builder is None and not wheels_have_nvcc(build.cuda):
             misses.append(
                 f"{{R}} {build.variant}: compiling CUDA extensions needs an nvidia/cuda "
-                f"{mm[0]}.{mm[1]} devel image for {osimg.os}; the matrix has none"
+                f"{mm[0]}.{mm[1]} devel image for {osimg.os} (the matrix has none"
+                + (", and flavour plain uses no nvidia/cuda image" if flavour == "plain" else "")
+                + f"); NVIDIA's CUDA {mm[0]} wheels on PyPI hold no nvcc"
+            )
+        elif builder is None:
+            notes.append(
+                f"compiles CUDA extensions with NVIDIA's CUDA {mm[0]}.{mm[1]} toolkit wheels "
+                f"from PyPI (nvcc, headers, CCCL) in a builder stage on {osimg.image}"
             )
     return misses, image, flavour, builder, notes
 

@@ -49,7 +49,7 @@ LABEL org.opencontainers.image.title="torch-project" \
       org.opencontainers.image.description="torch 2.13.0 (cpu), Python 3.11, debian12" \
       org.opencontainers.image.version="2.13.0" \
       org.opencontainers.image.base.name="debian:bookworm-slim" \
-      envbuild.lock.sha256="145e13d1acce9863e58e6346d9ae2faf8f7501810fa0725ce2d1f6785beeaa3f"
+      envbuild.lock.sha256="395c653e2d9ea9b339e30aab8ee9ffc4dc30558c24575e0fa394c3e73e43581c"
 
 WORKDIR /app
 CMD ["python", "-m", "torch_project.train"]

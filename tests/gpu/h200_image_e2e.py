@@ -11,6 +11,7 @@ the faults that need one: a dry run of everything else.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -121,7 +122,11 @@ def other_version(version: str) -> str:
 
 def make_bases(results: dict[str, Any]) -> None:
     log(f"making {BASE_TAG} from {sys.executable}")
-    step = run([sys.executable, str(REPO / "tests/gpu/make_torch_base.py"), BASE_TAG], timeout=1200)
+    if os.environ.get("REUSE_BASE") and tag_exists(BASE_TAG):
+        step: dict[str, Any] = {"rc": 0, "seconds": 0, "json": {"reused": True}, "stderr_tail": []}
+    else:
+        script = str(REPO / "tests/gpu/make_torch_base.py")
+        step = run([sys.executable, script, BASE_TAG], timeout=1200)
     results["base"] = {
         "rc": step["rc"],
         "seconds": step["seconds"],
@@ -212,6 +217,36 @@ def engine_facts(folder: Path) -> dict[str, Any]:
     }
 
 
+def save(results: dict[str, Any]) -> None:
+    """Every output file from what is known so far: a run cut short still leaves its part."""
+    passing = results.get("image") or {}
+    validate = results.get("validate") or {}
+    files = {
+        "h200-image-e2e.json": passing.get("json") or passing,
+        "h200-validate-image.json": validate.get("json") or validate,
+        "h200-faults.json": results.get("faults") or {},
+        "h200-timings.json": {k: v for k, v in results.items() if k not in ("faults", "image")},
+    }
+    for name, doc in files.items():
+        (OUT / name).write_text(json.dumps(doc, indent=2) + "\n")
+
+
+def summary(results: dict[str, Any]) -> None:
+    doc = (results.get("image") or {}).get("json") or {}
+    host = results.get("host_smoke") or {}
+    results["timings"] = {
+        "base_import_s": results["base"].get("seconds"),
+        "lock_s": (results.get("lock") or {}).get("seconds"),
+        "image_cli_s": (results.get("image") or {}).get("seconds"),
+        "build_s": doc.get("build_s"),
+        "smoke_in_container_s": doc.get("smoke_s"),
+        "validate_cli_s": (results.get("validate") or {}).get("seconds"),
+        "smoke_on_host_cli_s": host.get("seconds"),
+        "container": metrics(doc.get("smoke")),
+        "host": metrics((host.get("json") or {}).get("report") or host.get("json")),
+    }
+
+
 def main() -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     folder = WORK / "torch-base"
@@ -221,49 +256,32 @@ def main() -> int:
     results: dict[str, Any] = {"gpu": device}
     make_bases(results)
     write_request(folder, device)
+    (OUT / "h200-engine.json").write_text(json.dumps(engine_facts(folder), indent=2) + "\n")
     doctor = envbuild("doctor", "--json")
     findings = (doctor["json"] or {}).get("findings") or []
     results["doctor_gpu_runtime"] = [f for f in findings if f.get("check") == "gpu-runtime"]
+    results["doctor_rc"] = doctor["rc"]
     results["lock"] = envbuild("lock", str(folder))
+    (OUT / "h200-engine.json").write_text(json.dumps(engine_facts(folder), indent=2) + "\n")
     lock_path = folder / "envbuild.lock"
-    import hashlib
-
     lock_sha = hashlib.sha256(lock_path.read_bytes()).hexdigest() if lock_path.exists() else ""
-    passing = image(folder, f"{TAG}:ok", expect=0, lock_sha=lock_sha)
-    validate = envbuild("validate", f"{TAG}:ok", "--json", timeout=900)
-    host = envbuild("smoke", "--lock", str(folder), "--json", timeout=900)
+    results["image"] = image(folder, f"{TAG}:ok", expect=0, lock_sha=lock_sha)
+    save(results)
+    results["validate"] = envbuild("validate", f"{TAG}:ok", "--json", timeout=900)
+    results["host_smoke"] = envbuild("smoke", "--lock", str(folder), "--json", timeout=900)
+    summary(results)
+    save(results)
     results["faults"] = faults(folder, device, lock_sha)
-    doc = passing["json"] or {}
-    results["timings"] = {
-        "base_import_s": results["base"].get("seconds"),
-        "lock_s": results["lock"]["seconds"],
-        "image_cli_s": passing["seconds"],
-        "build_s": doc.get("build_s"),
-        "smoke_in_container_s": doc.get("smoke_s"),
-        "validate_cli_s": validate["seconds"],
-        "smoke_on_host_cli_s": host["seconds"],
-        "container": metrics(doc.get("smoke")),
-        "host": metrics((host["json"] or {}).get("report") or host["json"]),
-    }
     checks = {
         "lock": results["lock"]["rc"] == 0,
-        "image": passing["ok"],
-        "validate": validate["rc"] == 0,
-        "host_smoke": host["rc"] == 0,
+        "image": results["image"]["ok"],
+        "validate": results["validate"]["rc"] == 0,
+        "host_smoke": results["host_smoke"]["rc"] == 0,
         **{name: f["ok"] for name, f in results["faults"].items()},
         "no_smoke_containers_left": containers("envbuild.role=smoke") == 0,
     }
     results["checks"] = checks
-    (OUT / "h200-image-e2e.json").write_text(json.dumps(doc or passing, indent=2) + "\n")
-    (OUT / "h200-validate-image.json").write_text(
-        json.dumps(validate["json"] or validate, indent=2) + "\n"
-    )
-    (OUT / "h200-faults.json").write_text(json.dumps(results["faults"], indent=2) + "\n")
-    summary = {k: v for k, v in results.items() if k != "faults"}
-    summary["host_smoke"] = host
-    summary["validate_rc"] = validate["rc"]
-    (OUT / "h200-timings.json").write_text(json.dumps(summary, indent=2) + "\n")
-    (OUT / "h200-engine.json").write_text(json.dumps(engine_facts(folder), indent=2) + "\n")
+    save(results)
     log(f"checks: {checks}")
     return 0 if all(checks.values()) else 1
 

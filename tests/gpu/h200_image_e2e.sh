@@ -37,6 +37,11 @@ fi
 echo "== engine (state in $ENG)"
 mkdir -p "$ENG/bin"
 tar -xJf "$BUNDLE/eng.tar.xz" -C "$ENG" || exit 1
+# Debian 13's runc needs glibc >= 2.38 (the H200 image has 2.39); elsewhere the machine's own.
+if ! "$ENG/bin/runc" --version >/dev/null 2>&1 && command -v runc >/dev/null; then
+    echo "bundled runc does not run here; using $(command -v runc)"
+    cp "$(command -v runc)" "$ENG/bin/runc"
+fi
 export PATH=$ENG/bin:$PATH
 cat > "$ENG/daemon.json" <<J
 {"features": {"cdi": true}, "cdi-spec-dirs": ["$CDI_DIR"], "iptables": false, "ip-masq": false,

@@ -49,8 +49,13 @@ SKIP_USR = (
     "/usr/share/package-lists",
     "/opt/nvidia",
 )
-# The driver's user-space libraries come from the host at run time (CDI spec, toolkit).
-DRIVER_LIB = re.compile(r"lib(cuda|nvidia-|nvcuvid|cudadebugger)[^/]*\.so")
+# The driver's user-space libraries come from the host at run time (CDI spec, toolkit); the
+# CUDA libraries a system package manager put in /usr are not what torch loads (its nvidia-*
+# wheels carry its own), so they stay out too.
+DRIVER_LIB = re.compile(
+    r"lib(cuda|nvidia-|nvcuvid|cudadebugger|cudnn|nccl|cublas|cufft|cusparse|cusolver|curand"
+    r"|nvinfer|nvonnxparser|npp|nvjpeg|cupti|nvrtc|cudart|nvToolsExt|cufile|nvjitlink)[^/]*\.so"
+)
 ETC = (
     "passwd",
     "group",
@@ -76,16 +81,18 @@ def closure(roots: tuple[str, ...]) -> list[metadata.Distribution]:
     from packaging.requirements import Requirement
     from packaging.utils import canonicalize_name
 
+    # Only this interpreter's own site-packages: PYTHONPATH may put other copies first.
+    paths = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
     seen: dict[str, metadata.Distribution] = {}
     todo = list(roots)
     while todo:
         name = str(canonicalize_name(todo.pop()))
         if name in seen:
             continue
-        try:
-            dist = metadata.distribution(name)
-        except metadata.PackageNotFoundError:
+        found = list(metadata.Distribution.discover(name=name, path=paths))
+        if not found:
             continue
+        dist = found[0]
         seen[name] = dist
         for text in dist.requires or []:
             req = Requirement(text)
@@ -105,14 +112,25 @@ class Rootfs:
         self.tar = tar
         self.added: set[str] = set()
 
-    def add(self, path: str) -> None:
+    def add(self, path: str, *, traversable: bool = False) -> None:
+        """`traversable`: a folder on the way to the Python, opened (0755) for the image's
+        non-root user, whatever its mode here (pyenv lives in /root, 0700)."""
         if path in self.added:
             return
         parent = os.path.dirname(path)
         if parent not in ("/", "") and parent not in self.added:
-            self.add(parent)
+            self.add(parent, traversable=traversable)
         self.added.add(path)
-        self.tar.add(path, recursive=False)
+        info = self.tar.gettarinfo(path, arcname=path.lstrip("/"))
+        if info is None:  # a socket or door: nothing an image needs
+            return
+        if traversable and info.isdir():
+            info.mode |= 0o755
+        if info.isreg():
+            with open(path, "rb") as f:
+                self.tar.addfile(info, f)
+        else:
+            self.tar.addfile(info)
 
     def tree(self, top: str, *, filtered: bool = True) -> None:
         for root, dirs, files in os.walk(top):
@@ -127,6 +145,8 @@ class Rootfs:
                     self.add(path)
 
     def empty_dir(self, name: str, mode: int = 0o755) -> None:
+        if "/" + name in self.added:
+            return
         info = tarfile.TarInfo(name)
         info.type = tarfile.DIRTYPE
         info.mode = mode
@@ -151,28 +171,36 @@ def write_rootfs(stream: object, venv: Path | None) -> dict[str, object]:
                     fs.tree("/etc/" + name, filtered=False)
                 else:
                     fs.add("/etc/" + name)
+        # The Python first: the folders on its way are opened for the non-root user.
+        if not sys.base_prefix.startswith("/usr"):
+            fs.add(sys.base_prefix, traversable=True)
+            fs.tree(sys.base_prefix, filtered=False)
+        if venv is not None:
+            fs.add(str(venv), traversable=True)
+            add_venv(fs, venv, counted)
         for name, mode in (("tmp", 0o1777), ("var/tmp", 0o1777), ("root", 0o700)):
             if name == "var/tmp":
                 fs.empty_dir("var")
             fs.empty_dir(name, mode)
         for name in ("home", "run", "proc", "sys", "dev", "opt"):
             fs.empty_dir(name)
-        if not sys.base_prefix.startswith("/usr"):
-            fs.tree(sys.base_prefix, filtered=False)
-        if venv is not None:
-            fs.add(str(venv / "pyvenv.cfg"))
-            fs.tree(str(venv / "bin"), filtered=False)
-            if os.path.islink(venv / "lib64"):
-                fs.add(str(venv / "lib64"))
-            dists = closure(ROOTS)
-            for dist in dists:
-                for rel in dist.files or []:
-                    path = os.path.normpath(str(dist.locate_file(rel)))
-                    if os.path.isfile(path) and path.startswith(str(venv)):
-                        fs.add(path)
-            counted["distributions"] = sorted(f"{d.metadata['Name']}=={d.version}" for d in dists)
         counted["entries"] = len(fs.added)
     return counted
+
+
+def add_venv(fs: Rootfs, venv: Path, counted: dict[str, object]) -> None:
+    """The venv's own files and the files of the distributions torch needs, nothing else."""
+    fs.add(str(venv / "pyvenv.cfg"))
+    fs.tree(str(venv / "bin"), filtered=False)
+    if os.path.islink(venv / "lib64"):
+        fs.add(str(venv / "lib64"))
+    dists = closure(ROOTS)
+    for dist in dists:
+        for rel in dist.files or []:
+            path = os.path.normpath(str(dist.locate_file(rel)))
+            if os.path.isfile(path) and path.startswith(str(venv)):
+                fs.add(path)
+    counted["distributions"] = sorted(f"{d.metadata['Name']}=={d.version}" for d in dists)
 
 
 def main() -> int:

@@ -29,7 +29,9 @@ def _overlay_with_requirement(folder: Path, requirement: str) -> Path:
     text = (MATRIX / "torch.toml").read_text()
     start = text.index(_ROW_START)
     row = text[start : text.index("\n\n", start)]
-    row = row.replace('requirement = "torch=={version}"', f"requirement = {json.dumps(requirement)}")
+    row = row.replace(
+        'requirement = "torch=={version}"', f"requirement = {json.dumps(requirement)}"
+    )
     assert json.dumps(requirement) in row
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "torch.toml").write_text(f'schema_version = 1\nframework = "torch"\n\n{row}\n')
@@ -144,7 +146,9 @@ def _report_with(text: str) -> dict[str, object]:
 def test_smoke_report_is_made_safe_for_a_terminal(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str
 ) -> None:
-    monkeypatch.setattr(sys, "executable", str(_fake_payload(tmp_path, _report_with(ESCAPES[case]))))
+    monkeypatch.setattr(
+        sys, "executable", str(_fake_payload(tmp_path, _report_with(ESCAPES[case])))
+    )
     out = run_tty("smoke", "--allow-cpu")
     assert out.code == 1, out.text  # a verdict: the report failed a check
     assert_terminal_safe(out.text)

@@ -88,7 +88,9 @@ def test_a_lock_carrying_credentials_is_not_echoed(tmp_path: Path) -> None:
     lock = image / "envbuild.lock"
     text = lock.read_text()
     assert "[indexes]\n" in text
-    text = text.replace("[indexes]\n", f'[indexes]\nindex_url = "https://{USERINFO}@pypi.org/simple"\n', 1)
+    text = text.replace(
+        "[indexes]\n", f'[indexes]\nindex_url = "https://{USERINFO}@pypi.org/simple"\n', 1
+    )
     lock.write_text(reseal(text))
     for args in (("render", str(image)), ("render", str(image), "--json")):
         out = run(*args)
@@ -116,9 +118,20 @@ def test_uv_failure_output_is_redacted(tmp_path: Path) -> None:
 
 
 def test_credentials_in_a_render_option_are_not_echoed(tmp_path: Path) -> None:
-    out = run("render", str(copy_example(tmp_path, "torch-cpu")), "--index-url", f"https://{USERINFO}@mirror.example.org/simple")
+    out = run(
+        "render",
+        str(copy_example(tmp_path, "torch-cpu")),
+        "--index-url",
+        f"https://{USERINFO}@mirror.example.org/simple",
+    )
     assert out.code == 2, out.text
     assert TOKEN not in out.text, out.text
-    out = run("render", str(copy_example(tmp_path, "torch-cpu")), "--index-url", f"https://{USERINFO}@mirror.example.org/simple", "--json")
+    out = run(
+        "render",
+        str(copy_example(tmp_path, "torch-cpu")),
+        "--index-url",
+        f"https://{USERINFO}@mirror.example.org/simple",
+        "--json",
+    )
     assert out.code == 2, out.text
     assert TOKEN not in out.text, out.text

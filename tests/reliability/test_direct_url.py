@@ -26,7 +26,9 @@ def _image_with(tmp_path: Path, requirement: str) -> Path:
     image = copy_example(tmp_path, "torch-train")
     request = image / "envbuild.toml"
     request.write_text(
-        request.read_text().replace('requirements = ["numpy<3"]', f'requirements = ["numpy<3", "{requirement}"]')
+        request.read_text().replace(
+            'requirements = ["numpy<3"]', f'requirements = ["numpy<3", "{requirement}"]'
+        )
     )
     return image
 
@@ -34,8 +36,7 @@ def _image_with(tmp_path: Path, requirement: str) -> Path:
 def _archive(where: str, sha: str | None) -> str:
     hashes = f', hashes = {{ sha256 = "{sha}" }}' if sha else ""
     return (
-        '[[packages]]\nname = "envbuild-probe"\nversion = "1.0"\n'
-        f"archive = {{ {where}{hashes} }}\n"
+        f'[[packages]]\nname = "envbuild-probe"\nversion = "1.0"\narchive = {{ {where}{hashes} }}\n'
     )
 
 

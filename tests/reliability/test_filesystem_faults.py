@@ -89,8 +89,11 @@ def _writes_hit_a_full_device(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _leftovers(folder: Path) -> list[str]:
-    return sorted(p.name for p in folder.iterdir() if p.name.startswith(".") and p.name != "."
-                  and not p.name.startswith(".envbuild.lock.lock"))
+    return sorted(
+        p.name
+        for p in folder.iterdir()
+        if p.name.startswith(".") and p.name != "." and not p.name.startswith(".envbuild.lock.lock")
+    )
 
 
 @pytest.mark.parametrize("as_json", [False, True])
@@ -101,7 +104,9 @@ def test_render_output_on_a_full_device(
     out_dir = tmp_path / "out"
     out_dir.mkdir()
     _writes_hit_a_full_device(monkeypatch)
-    args = ["render", str(image), "-o", str(out_dir / "Dockerfile")] + (["--json"] if as_json else [])
+    args = ["render", str(image), "-o", str(out_dir / "Dockerfile")] + (
+        ["--json"] if as_json else []
+    )
     out = run(*args)
     if as_json:
         assert out.code == 3, out.text
@@ -278,7 +283,12 @@ def test_context_into_a_folder_it_did_not_write_is_refused(tmp_path: Path, where
 def test_context_replaces_its_own_earlier_output(tmp_path: Path) -> None:
     image = copy_example(tmp_path, "torch-cpu")
     dest = tmp_path / "ctx"
-    assert run("render", str(image), "--context", str(dest), "--find-links", str(_wheels(tmp_path))).code == 0
+    assert (
+        run(
+            "render", str(image), "--context", str(dest), "--find-links", str(_wheels(tmp_path))
+        ).code
+        == 0
+    )
     first = _files(dest)
     out = run("render", str(image), "--context", str(dest), "--find-links", str(_wheels(tmp_path)))
     assert out.code == 0, out.text
@@ -299,7 +309,7 @@ def test_failed_context_write_leaves_no_debris(
     real = Path.write_bytes
     calls = []
 
-    def write_bytes(self: Path, data: bytes) -> int:  # type: ignore[override]
+    def write_bytes(self: Path, data: bytes) -> int:
         calls.append(self)
         if len(calls) == 3:  # a few files in: the disk fills up
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self))

@@ -46,7 +46,9 @@ def _answer(
 def _serve(monkeypatch: pytest.MonkeyPatch, handler: Handler) -> list[str]:
     seen: list[str] = []
 
-    def send(self: HTTPAdapter, req: requests.PreparedRequest, **kwargs: object) -> requests.Response:
+    def send(
+        self: HTTPAdapter, req: requests.PreparedRequest, **kwargs: object
+    ) -> requests.Response:
         seen.append(f"{req.method} {req.url}")
         return handler(req)
 

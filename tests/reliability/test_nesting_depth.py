@@ -123,7 +123,9 @@ REPORTS = {
 def test_malformed_or_deep_smoke_report_is_exit_6(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str
 ) -> None:
-    monkeypatch.setattr(sys, "executable", str(_fake_payload(tmp_path, "ENVBUILD-SMOKE-REPORT " + REPORTS[case])))
+    monkeypatch.setattr(
+        sys, "executable", str(_fake_payload(tmp_path, "ENVBUILD-SMOKE-REPORT " + REPORTS[case]))
+    )
     out = run("smoke", "--allow-cpu")
     assert_clear_error(out, 6, names="report")
     out = run("smoke", "--allow-cpu", "--json")

@@ -83,9 +83,10 @@ def test_sigterm_while_uv_runs(tmp_path: Path) -> None:
     assert list(tmp.iterdir()) == []  # uv's work folder is gone
     uv_pid = int(marker.read_text())
     time.sleep(0.5)
-    assert not Path(f"/proc/{uv_pid}").exists() or "zombie" in Path(
-        f"/proc/{uv_pid}/status"
-    ).read_text().lower(), "uv was left running"
+    assert (
+        not Path(f"/proc/{uv_pid}").exists()
+        or "zombie" in Path(f"/proc/{uv_pid}/status").read_text().lower()
+    ), "uv was left running"
     assert (image / "envbuild.lock").read_bytes() == before
     assert not list(image.glob(".envbuild.lock.*.tmp"))
 

@@ -384,3 +384,12 @@ def test_cli_single_host_minor_compat_verdict_and_brief_require_cuda(lock: Lock)
     doc = json.loads(CliRunner().invoke(cli, ["validate", str(LOCK_DIR), "--json"], env=env).stdout)
     assert doc["require_cuda"] == full
     assert doc["verdict"]["outcome"] == "runs_minor_compat"
+
+
+def test_recorded_h200_with_free_memory_runs(lock: Lock, matrix: Matrix) -> None:
+    facts = json.loads((HOSTS / "h200-doctor-free.json").read_text())
+    host = host_from_facts(facts, gpu_cc=v.gpu_cc_of(matrix))
+    pf = v.preflight(lock, host, facts=facts, matrix=matrix)
+    assert pf.verdict is not None and pf.verdict.outcome == "runs"
+    memory = next(c for c in pf.checks if c.name == "memory")
+    assert memory.detail == "every GPU has >= 4096 MiB free"

@@ -254,7 +254,7 @@ def test_a_host_without_a_name_cannot_be_pinned(tmp_path: Path) -> None:
 
 def test_no_passing_host_writes_no_manifest(tmp_path: Path) -> None:
     hosts = write_hosts(
-        tmp_path, {"name": "old", "driver": "470.256.02", "gpus": [{"name": "A100"}]}
+        tmp_path, {"name": "old", "driver": "470.256.02", "gpus": [{"name": "A100", "cc": "8.0"}]}
     )
     res, out = run_fleet(tmp_path, hosts)
     assert res.exit_code == 2 and "no Job written" in res.output

@@ -235,11 +235,6 @@ BAD: list[tuple[str, str, str]] = [
         'device = "cpu"',
     ),
     (
-        '[framework]\nrequirement = "torch"\n[image]\nflavour = "plain"\ncompile_extensions = true\n',
-        "no CUDA compiler",
-        "auto",
-    ),
-    (
         '[framework]\nrequirement = "torch"\n[image]\ndevice = "cpu"\ncompile_extensions = true\n',
         "needs device",
         "false",

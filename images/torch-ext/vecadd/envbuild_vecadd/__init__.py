@@ -2,9 +2,14 @@
 
 import torch  # loads libtorch and libc10 before the extension that links them
 
-from envbuild_vecadd._C import vecadd
+from envbuild_vecadd import _C  # noqa: F401  (registers torch.ops.envbuild_vecadd)
 
 __all__ = ["smoke", "vecadd"]
+
+
+def vecadd(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a + b (float32 CUDA tensors of one shape), computed by the extension's kernel."""
+    return torch.ops.envbuild_vecadd.vecadd(a, b)
 
 
 def smoke() -> str:
