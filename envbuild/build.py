@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from envbuild.buildlog import pip_hash_mismatch_message
+from envbuild.buildlog import compile_failure, pip_hash_mismatch_message
 from envbuild.engine import ContainerEngine, ProgressFn, RunResult, RunSpec
 from envbuild.errors import (
     BuildError,
@@ -253,7 +253,10 @@ def _explain_hash_mismatch(err: BuildError, job: ImageJob) -> BuildError:
     text = "\n".join([str(err.fields.get("engine_message", "")), *map(str, tail)])
     explained = pip_hash_mismatch_message(text)
     if explained is None:
-        return err
+        compiled = compile_failure(text)  # a source package the builder stage compiles
+        if compiled is None:
+            return err
+        return BuildError(compiled[0], hint=compiled[1], fields=err.fields)
     return BuildError(
         explained,
         hint=f"re-lock {job.name}'s folder to take the index's current file (`envbuild lock "

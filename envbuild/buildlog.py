@@ -59,3 +59,52 @@ def pip_hash_mismatch_message(log: str) -> str | None:
             "version, or it was altered on the way; re-lock after checking the index"
         )
     return "; ".join(found)
+
+
+# The last line templates/build-extensions.sh prints when a source package fails to compile.
+_COMPILE_FAILED = re.compile(
+    r"envbuild-compile-failed package=(?P<name>\S+) arch_list='(?P<archs>[^']*)' "
+    r"max_jobs=(?P<jobs>\d+) mem_available_mib=(?P<mem>\d+) gpu_probe=(?P<gpu>yes|no) "
+    r"out_of_memory=(?P<oom>yes|no)"
+)
+
+
+def compile_failure(log: str) -> tuple[str, str] | None:
+    """(message, hint) for a source package that failed to compile in the builder stage
+    (the compiler's last lines, the arch list and the memory it had), or None (pure)."""
+    lines = log.splitlines()
+    index = next(
+        (i for i in range(len(lines) - 1, -1, -1) if _COMPILE_FAILED.search(lines[i])), None
+    )
+    if index is None:
+        return None
+    m = _COMPILE_FAILED.search(lines[index])
+    assert m is not None
+    name, jobs, mem = m.group("name"), m.group("jobs"), int(m.group("mem"))
+    start = next(
+        (i + 1 for i in range(index - 1, -1, -1) if lines[i].startswith("---- last lines")), 0
+    )
+    tail = "\n".join(line for line in lines[start:index] if line.strip())
+    message = (
+        f"compiling {name} failed in the builder stage (TORCH_CUDA_ARCH_LIST="
+        f"'{m.group('archs')}', MAX_JOBS={jobs}, {mem / 1024:.1f} GiB available); its last "
+        f"lines:\n{tail}"
+    )
+    if m.group("gpu") == "yes":
+        hint = (
+            f"{name} needs a GPU at build time (it queries the GPU or the driver while it "
+            "builds), and image builds have none: build its wheel on a GPU machine and put it "
+            "in a find_links folder, or patch its setup.py to honour TORCH_CUDA_ARCH_LIST"
+        )
+    elif m.group("oom") == "yes":
+        hint = (
+            f"the compiler ran out of memory with MAX_JOBS={jobs}: give the build more memory "
+            "(Docker Desktop's VM, the runner), or raise ENVBUILD_GIB_PER_JOB in the builder "
+            "(a Dockerfile.j2 block) so fewer jobs run at once"
+        )
+    else:
+        hint = (
+            "read the compiler's lines above: a missing header or library usually means the "
+            "package needs another build requirement or a CUDA component the toolchain lacks"
+        )
+    return message, hint

@@ -54,6 +54,10 @@ class Terminated(KeyboardInterrupt):
 
 
 def _raise_terminated(signum: int, frame: object) -> None:
+    import signal
+
+    # A second SIGTERM while the first one's cleanup runs ends the process at once, quietly.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     raise Terminated()
 
 

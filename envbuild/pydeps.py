@@ -436,8 +436,7 @@ def classify_failure(tool: str, stderr: str, req: PinRequest) -> Exception:
             fields={"tool": tool},
         )
     source_only = sorted(
-        {str(canonicalize_name(n)) for n in _SOURCE_ONLY.findall(stderr)}
-        - set(req.source_packages)
+        {str(canonicalize_name(n)) for n in _SOURCE_ONLY.findall(stderr)} - set(req.source_packages)
     )
     if source_only:
         names = ", ".join(source_only)

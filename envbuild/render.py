@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envbuild import project, resources, smoke, sourcetree
+from envbuild import builder_stage, project, resources, smoke, sourcetree
 from envbuild.errors import UserError
 from envbuild.locations import is_direct_url, is_remote
 from envbuild.lockfile import dumps, lock_sha256
@@ -260,7 +260,7 @@ def is_gpu(lock: Lock) -> bool:
 
 def _is_devel(lock: Lock) -> bool:
     base = lock.stack.base_image
-    return bool(base.builder) or "devel" in (lock.stack.flavour, base.flavour)
+    return bool(base.builder) or "devel" in (lock.stack.flavour, base.flavour) or bool(lock.build)
 
 
 def _strip_digest(ref: str) -> str:
@@ -323,6 +323,8 @@ _PYPI = "https://pypi.org/simple"
 # into a builder stage that never ships.
 _WHEELS_PATH = "/tmp/envbuild-wheels"
 _CA_PATH_CLASSIC = "/opt/envbuild/certs/ca.crt"
+# Where pip puts the locked installer for the one step that uses it (removed in that step).
+_INSTALLER_DIR = "/tmp/envbuild-installer"
 _CA_PATH_SECRET = f"/run/secrets/{CA_SECRET_ID}.crt"
 
 
@@ -367,6 +369,13 @@ def template_values(
         "ca_path": _CA_PATH_SECRET if options.buildkit else _CA_PATH_CLASSIC,
         "ca_secret_id": CA_SECRET_ID,
         "buildkit": options.buildkit,
+        "installer": installer_requirement(lock),
+        "installer_dir": _INSTALLER_DIR,
+        # Where pip finds the installer: the index (or mirror) and wheelhouses, not the
+        # framework's extra index (an unreachable one costs pip's retries for nothing).
+        "installer_index_args": [
+            a for a in _index_args(lock, options) if not a.startswith("--extra-index-url ")
+        ],
         "user_uid": USER_UID,
         "user_name": USER_NAME,
         "description": stack["description"],
@@ -375,6 +384,7 @@ def template_values(
         "lock_sha256": lock_sha256(text),
         "envbuild_template": base["template"],
         **project.template_values(lock.project),  # the code, its install, the CMD
+        **builder_stage.template_values(lock, python),  # source packages: compile step
     }
 
 
@@ -460,6 +470,8 @@ def _base_values(lock: Lock, options: RenderOptions) -> dict[str, Any]:
         builder_ref = _pin(builder, digest if builder == locked_ref else None)
         final_digest = digest if final == locked_ref else None
         base_ref = options.base_image or _pin(final, final_digest)
+        if lock.build is not None and lock.build.toolchain == "wheels":
+            builder_ref = base_ref  # nvcc comes from wheels: the builder is the final base
         template = DEVEL_TEMPLATE
     else:
         final_digest = digest
@@ -687,6 +699,21 @@ def _packages(lock: Lock) -> list[tuple[str, str, list[str]]]:
     return rows
 
 
+def installer_requirement(lock: Lock) -> str:
+    """`uv==X --hash=sha256:... --hash=...` for the lock's installer, checked like every pin;
+    "" when the lock has none (pip installs the requirements itself) or the image compiles
+    source packages (their builder runs pip: templates/devel.Dockerfile.j2)."""
+    if len(lock.installer) != 1 or lock.build is not None:
+        return ""
+    (p,) = lock.installer
+    name = check_package_name(p.name)
+    version = check_version(p.version, f"version of {name}")
+    hashes = sorted({check_hash(h, f"hash of {name}") for h in p.hashes})
+    if not hashes:
+        return ""
+    return " ".join([f"{name}=={version}", *(f"--hash={h}" for h in hashes)])
+
+
 def requirements_text(lock: Lock) -> str:
     """`name==version --hash=sha256:...` for every locked package (pip hash-checking mode); a
     direct-URL package as `name @ URL --hash=...` (its file, not an index, holds it)."""
@@ -696,7 +723,10 @@ def requirements_text(lock: Lock) -> str:
         for p in lock.packages
         if is_remote(p.source) and is_direct_url(p.source)
     }
+    built = builder_stage.source_names(lock)  # compiled by the builder stage instead
     for name, version, hashes in _packages(lock):
+        if name in built:
+            continue
         lines.append(f"{name} @ {direct[name]} \\" if name in direct else f"{name}=={version} \\")
         lines += [f"    --hash={h} \\" for h in hashes[:-1]]
         lines.append(f"    --hash={hashes[-1]}")
@@ -773,6 +803,7 @@ def build_context(
     if options.find_links is not None:
         files.update(_wheel_files(options.find_links))
     files.update(sourcetree.context_files(lock.project, image_dir))
+    files.update(builder_stage.context_files(lock))
     return dict(sorted(files.items()))
 
 

@@ -233,8 +233,12 @@ def _url(path: str, table: str, key: str, value: str, *, paths_ok: bool) -> str:
             # The same allow-list render applies: what lock accepts, render renders.
             from envbuild.render import check_url
 
+            hint = (
+                "write the URL with only letters, digits and . - _ ~ : / % + = , (no "
+                "credentials, query, fragment, quotes, spaces or shell characters)"
+            )
             try:
-                check_url(value, f"[{table}] {key}")
+                check_url(value, "the URL", hint)
             except UserError as exc:
                 raise _fail(path, table, key, exc.message, exc.hint) from None
         return value
@@ -292,8 +296,9 @@ def _requirement(path: str, table: str, key: str, text: str) -> Requirement:
         # The build installs it from this URL: the same allow-list render applies.
         from envbuild.render import check_url
 
+        hint = "use a plain https:// URL to the wheel (no query, fragment or shell characters)"
         try:
-            check_url(req.url, f"the URL of {req.name}")
+            check_url(req.url, f"the URL of {req.name}", hint)
         except UserError as exc:
             raise _fail(path, table, key, exc.message, exc.hint) from None
     if req.marker is not None:

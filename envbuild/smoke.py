@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from envbuild.archs import ArchRules, parse_arch
 from envbuild.cudawheels import cuda_libs
 from envbuild.documents import DocumentError, json_loads, printable, printable_data
 from envbuild.errors import SmokeFailed
@@ -195,6 +196,7 @@ def plan(
         )
         for b in sorted(matrix.baselines, key=lambda b: b.gpu)
     ]
+    extensions, target_ccs, tegra_ccs = _extension_plan(lock, matrix)
     return {
         "schema": PLAN_SCHEMA,
         "name": name,
@@ -215,7 +217,30 @@ def plan(
         "collective_timeout_s": COLLECTIVE_TIMEOUT_S,
         # No request or lock key chooses it: the payload picks per GPU (docs/smoke.md).
         "precision": ck.DEFAULT_PRECISION,
+        # Packages compiled from source, and the GPUs their code must cover.
+        "extensions": extensions,
+        "target_ccs": target_ccs,
+        "tegra_ccs": tegra_ccs,
     }
+
+
+def _extension_plan(
+    lock: Lock | None, matrix: Matrix
+) -> tuple[list[dict[str, str]], list[str], list[str]]:
+    """The packages the image compiled from source and the GPUs their code must cover (the
+    lock's targets; Tegra ones need an exact cubin): checked by the payload's smoke_ext."""
+    if lock is None or lock.build is None:
+        return [], [], []
+    rules = ArchRules.from_archs(matrix.archs)
+    ccs = []
+    for sm in lock.stack.target_archs:
+        _, major, minor, _ = parse_arch(sm)
+        ccs.append((major, minor))
+    return (
+        [{"name": p.name, "version": p.version} for p in lock.packages if p.sdist],
+        [f"{a}.{b}" for a, b in sorted(set(ccs))],
+        [f"{a}.{b}" for a, b in sorted(set(ccs) & rules.tegra)],
+    )
 
 
 # --- report ----------------------------------------------------------------------------------
@@ -346,6 +371,9 @@ _PLAN_TYPES: dict[str, tuple[type, ...]] = {
     "multi_gpu": (bool,),
     "collective_timeout_s": (int,),
     "precision": (str,),
+    "extensions": (list,),
+    "target_ccs": (list,),
+    "tegra_ccs": (list,),
 }
 
 
@@ -444,6 +472,10 @@ def _plan_failures(
     if int(plan.get("tier", 2)) >= 2:
         required += list(REQUIRED_TIER2)
     names = {str(c.get("name")) for c in checks}
+    # A package compiled from source must have had its architectures read.
+    required += [
+        f"ext-archs:{e.get('name')}" for e in plan.get("extensions") or [] if isinstance(e, Mapping)
+    ]
     for name in required if not own_failure else ():
         if name not in names:
             add(

@@ -163,7 +163,8 @@ ensure_base
 [ -f "$IMAGE_DIR/envbuild.lock" ] || fail "$IMAGE_DIR/envbuild.lock is missing (envbuild lock $IMAGE_DIR)"
 LOCK_SHA=$(sha256sum "$IMAGE_DIR/envbuild.lock" | cut -d' ' -f1)
 [ "$(smoke_containers)" = 0 ] || fail "smoke containers exist before the test; remove them first"
-for t in "$TAG_OK" "$TAG_NOGPU" "$TAG_TIMEOUT" "$TAG_BUILDKIT"; do docker image rm "$t" >/dev/null 2>&1 || true; done
+# --no-prune: the untagged parents are the build cache of the next run.
+for t in "$TAG_OK" "$TAG_NOGPU" "$TAG_TIMEOUT" "$TAG_BUILDKIT"; do docker image rm --no-prune "$t" >/dev/null 2>&1 || true; done
 common=("$IMAGE_DIR" --base-image "$BASE" --ca-cert "$CA_CERT")
 
 start_registry
@@ -321,5 +322,33 @@ echo "layers: $shared of $total shared after a code change" >&2
     fail "a code change rebuilt $((total - shared)) of $total layers (expected the project's copy, its install and the user step: at most 3)"
 [ "$(smoke_containers)" = 0 ] || fail "smoke container left behind after a pass"
 lap
+
+if [ "${E2E_TORCH_EXT:-1}" = 1 ]; then
+    say "8. images/torch-ext: a CUDA extension compiled from its sdist for the lock's GPUs"
+    # nvcc (NVIDIA's toolkit wheels, locked) compiles in the builder without a GPU; the smoke's
+    # CPU path reads the archs of the compiled .so (ext-archs:envbuild-vecadd). The plain lock
+    # (no matrix overlay, no Podman socket) and the local base as in step 1.
+    EXT_DIR=images/torch-ext
+    TAG_EXT=envbuild-e2e/torch-ext:ok
+    docker image rm "$TAG_EXT" >/dev/null 2>&1 || true
+    run env -u ENVBUILD_MATRIX_OVERLAY -u CONTAINER_HOST "$ENVBUILD" lock --check "$EXT_DIR"
+    run env -u ENVBUILD_MATRIX_OVERLAY -u CONTAINER_HOST "$ENVBUILD" image "$EXT_DIR" \
+        --base-image "$BASE" --ca-cert "$CA_CERT" --find-links "$EXT_DIR/wheels" --allow-cpu \
+        --tag "$TAG_EXT" --json >"$WORK/ext.json"
+    check_json "$WORK/ext.json" ok=True device=cpu
+    docker image inspect --format '{{index .Config.Labels "envbuild.smoke.report"}}' "$TAG_EXT" >"$WORK/ext-report.json"
+    REPORT="$WORK/ext-report.json" "$PY" - <<'EOF' || fail "the smoke report of $TAG_EXT lacks a passing ext-archs check (see $WORK/ext-report.json)"
+import json, os, sys
+report = json.load(open(os.environ["REPORT"]))
+check = next(c for c in report["checks"] if c["name"] == "ext-archs:envbuild-vecadd")
+assert check["status"] == "pass", check
+assert "sm_89 sm_90" in check["figure"], check
+print(f"ext-archs: {check['figure']}", file=sys.stderr)
+EOF
+    # The toolchain stayed in the builder: no nvcc and no toolkit wheels in the image.
+    run docker run --rm "$TAG_EXT" bash -c '! ls /opt/envbuild/toolchain 2>/dev/null && ! compgen -G "/opt/venv/lib/python3*/site-packages/nvidia/cu13/bin/nvcc" && python -c "import envbuild_vecadd"' ||
+        fail "$TAG_EXT ships the toolchain or cannot import its extension"
+    lap
+fi
 
 say "e2e passed: classic, BuildKit and Podman builds tagged with envbuild.lock.sha256 and envbuild.smoke.report; $REG/envbuild-e2e/torch-slim@$PUSHED pushed after its pass; images/torch-project built with its own smoke command, a code change rebuilding only its last layers"

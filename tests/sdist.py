@@ -16,7 +16,6 @@ import gzip
 import io
 import sys
 import tarfile
-import tomllib
 from pathlib import Path
 
 _SKIP = ("__pycache__", "build", "dist")
@@ -50,7 +49,9 @@ def _files(src: Path) -> list[Path]:
 
 def make_sdist(src: Path) -> tuple[str, bytes]:
     """(file name, bytes) of the sdist of `src` (a folder holding pyproject.toml)."""
-    project = tomllib.loads((src / "pyproject.toml").read_text())["project"]
+    from envbuild.request import toml_loads
+
+    project = toml_loads((src / "pyproject.toml").read_text())["project"]
     name = str(project["name"]).replace("-", "_")
     root = f"{name}-{project['version']}"
     members = {f"{root}/PKG-INFO": pkg_info(project).encode()}

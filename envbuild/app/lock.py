@@ -172,7 +172,8 @@ def lock_image(
     # The installer is pinned in the same resolution (it has no dependencies), then split off.
     with_installer = pin_installer(pin, offline, kept)
     sourced = _pin_with_project(stack, matrix, request, with_installer, project, runner)
-    pinned, installed_by = split_installer(sourced.result, request)
+    requested = source_lock.as_requested(sourced.result, request.indexes.find_links, pin.find_links)
+    pinned, installed_by = split_installer(requested, request)
     warnings += sourced.notes
     check_pins_installable(pinned.packages)
     check_framework_source(stack, pinned.packages)
@@ -192,7 +193,13 @@ def lock_image(
         lambda r: _pin_or_pypi_hint(stack, matrix, request, r, runner), pin, stack, pinned.packages
     )
     if build is not None:
-        new_lock = dataclasses.replace(new_lock, build=build)
+        build_pins = pydeps.PinResult(build.packages, pinned.tool)
+        build_pins = source_lock.as_requested(
+            build_pins, request.indexes.find_links, pin.find_links
+        )
+        new_lock = dataclasses.replace(
+            new_lock, build=dataclasses.replace(build, packages=build_pins.packages)
+        )
     text = dumps(new_lock, command=regenerate_command(image_dir))
     written = write_if_changed(lock_path(image_dir), text)
     if written and kept is not None:
@@ -207,7 +214,6 @@ def lock_image(
     )
 
 
-
 INSTALLER = "uv"
 """What the image build installs the lock's packages with (the lock's `installer` list,
 hash-checked like every package): uv installs with `--require-hashes` in a fraction of pip's
@@ -215,9 +221,13 @@ time (benchmarks/RESULTS.md, build)."""
 
 
 def pin_installer(pin: pydeps.PinRequest, offline: bool, kept: Lock | None) -> pydeps.PinRequest:
-    """`pin` with the installer added. Offline only when the previous lock had one (uv's
-    cache then holds it): an offline lock that worked before keeps working."""
-    if offline and (kept is None or not kept.installer):
+    """`pin` with the installer added: for a new lock, `--upgrade`, a previous lock that had
+    one, or `--upgrade-package uv`. A kept lock without one stays without (a re-lock changes
+    no bytes nobody asked to change; pip installs it as before). Offline only where the
+    previous lock had one (uv's cache then holds it)."""
+    had = kept is not None and bool(kept.installer)
+    asked = canonicalize_name(INSTALLER) in pin.upgrade_packages
+    if (offline and not had) or (kept is not None and not had and not asked):
         return pin
     return dataclasses.replace(pin, requirements=(*pin.requirements, INSTALLER))
 

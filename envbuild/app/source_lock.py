@@ -155,6 +155,21 @@ def _sdist_bytes(name: str, where: str, *, offline: bool) -> bytes:
         raise PinError(err.message, hint="check the network and the [indexes] URLs") from None
 
 
+def as_requested(
+    result: pydeps.PinResult, requested: Sequence[str], resolved: Sequence[str]
+) -> pydeps.PinResult:
+    """Sources spelled as the request spells its find_links ("wheels", relative to the image
+    folder), not as the absolute path they were resolved to, so a lock made in another
+    checkout has the same bytes."""
+    spelling = {r: q for q, r in zip(requested, resolved, strict=False) if q != r}
+    if not spelling:
+        return result
+    packages = tuple(
+        dataclasses.replace(p, source=spelling.get(p.source, p.source)) for p in result.packages
+    )
+    return dataclasses.replace(result, packages=packages)
+
+
 # --- the builder stage's own pins ----------------------------------------------------------
 
 

@@ -34,6 +34,12 @@ def _framework_module(name: str) -> Any:
     return importlib.import_module(module)
 
 
+def _ext_module() -> Any:
+    if __package__:
+        return importlib.import_module(f"{__package__}.smoke_ext")
+    return importlib.import_module("smoke_ext")
+
+
 def detect_framework(wanted: str | None) -> str | None:
     """The plan's framework, or the first of torch/jax/tensorflow importable here."""
     if wanted and wanted != "auto":
@@ -158,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     watchdog.start()
     try:
         _framework_module(framework).run(plan, report)
+        # Packages compiled from source: their archs (tier 1), their own GPU test (tier 2).
+        _ext_module().run(plan, report)
     except Exception as exc:
         report["errors"].append(traceback.format_exc(limit=6))
         report["checks"].append(

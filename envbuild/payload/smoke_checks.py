@@ -60,6 +60,12 @@ class SmokePlan(TypedDict):
     collective_timeout_s: int
     precision: str
     """One of PRECISIONS."""
+    extensions: list[dict[str, str]]
+    """{"name", "version"} of each package the image compiled from source (may be absent)."""
+    target_ccs: list[str]
+    """Compute capabilities of the lock's target GPUs ("9.0"): extensions must cover them."""
+    tegra_ccs: list[str]
+    """Those of them that are Tegra (Jetson) GPUs: an exact cubin only."""
 
 
 class CheckRecord(TypedDict):
@@ -327,6 +333,69 @@ def check_archs(
             "so the resolver picks a build that covers them",
         )
     return check("arch-covered", 1, "pass", figure)
+
+
+def check_extension_archs(
+    name: str,
+    libraries: Mapping[str, Sequence[str]],
+    *,
+    target_ccs: Sequence[str],
+    visible_ccs: Sequence[str] = (),
+    tegra_ccs: Iterable[str] = (),
+) -> dict[str, Any]:
+    """`ext-archs:<name>`: every library of a package compiled from source carries code for
+    every target GPU of the lock and every visible GPU (the rule of `arch_covers`).
+    `libraries`: path -> the archs of its device code ([] for a CPU-only library)."""
+    check_name = f"ext-archs:{name}"
+    tegra = set(tegra_ccs)
+    with_code = {path: archs for path, archs in sorted(libraries.items()) if archs}
+    if not libraries:
+        return check(check_name, 1, "skip", f"{name} installs no compiled library")
+    if not with_code:
+        return check(
+            check_name,
+            1,
+            "warn",
+            f"{name}: {len(libraries)} compiled librar(ies), none with GPU code",
+            f"{name} was built without CUDA code: its setup.py may have looked for a GPU or "
+            "nvcc and fallen back to a CPU build; read the builder stage's log",
+        )
+    ccs = sorted(set(target_ccs) | set(visible_ccs))
+    if not ccs:
+        return check(check_name, 1, "skip", f"{name}: no target or visible GPU to check")
+    bad: list[str] = []
+    parts: list[str] = []
+    for path, archs in with_code.items():
+        short = path.rsplit("/", 1)[-1]
+        missing = [cc for cc in ccs if not arch_covers(cc, archs, tegra=cc in tegra)[0]]
+        parts.append(f"{short}: {' '.join(archs)}")
+        bad += [f"{short} has no code for {', '.join(missing)}"] if missing else []
+    figure = "; ".join(parts) + f" (GPUs {', '.join(ccs)})"
+    if bad:
+        return check(
+            check_name,
+            1,
+            "fail",
+            "; ".join(bad) + f"; {figure}",
+            f'{name} would fail with "no kernel image is available" there: rebuild the image '
+            "from its lock (the builder compiles for the lock's [targets] gpus); a GPU not in "
+            "the targets needs to be added to them and re-locked",
+        )
+    return check(check_name, 1, "pass", figure)
+
+
+def check_extension_call(name: str, figure: str | None, error: str | None) -> dict[str, Any]:
+    """`ext-smoke:<name>`: the package's own `envbuild.smoke` entry point, run on the GPU."""
+    if error is not None:
+        return check(
+            f"ext-smoke:{name}",
+            2,
+            "fail",
+            error[:300],
+            f"{name}'s own GPU test failed: a kernel that does not run or computes wrongly on "
+            "this GPU (read the error; rebuild for the right archs, or report it to the package)",
+        )
+    return check(f"ext-smoke:{name}", 2, "pass", (figure or "returned")[:300])
 
 
 def check_cuda_build(*, framework: str, cuda_seen: str | None, allow_cpu: bool) -> dict[str, Any]:

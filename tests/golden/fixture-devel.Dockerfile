@@ -6,7 +6,8 @@ FROM nvidia/cuda:12.8.1-devel-ubuntu24.04 AS builder
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ARG DEBIAN_FRONTEND=noninteractive
 
-# A C/C++ compiler and the Python headers; nvcc and the CUDA headers come with the devel image.
+# A C/C++ compiler and the Python headers; nvcc and the CUDA headers come with the devel image
+# or the toolkit wheels.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends python3.12 python3.12-venv build-essential python3.12-dev \
  && apt-get clean \

@@ -111,6 +111,11 @@ def cpu_lock() -> Lock:
     )
 
 
+def cpu_uv_lock() -> Lock:
+    """The CPU lock with its installer pinned (uv): the image installs with uv."""
+    return dataclasses.replace(cpu_lock(), installer=(_pkg("uv", "0.13.9"),))
+
+
 def devel_lock() -> Lock:
     """A request that compiles CUDA extensions: devel builder, slim base final stage."""
     g = gpu_lock()

@@ -50,6 +50,6 @@ LABEL org.opencontainers.image.title="jax-train" \
       org.opencontainers.image.description="jax 0.12.0.1 (cuda12), CUDA 12.9, Python 3.12, ubuntu24.04" \
       org.opencontainers.image.version="0.12.0.1" \
       org.opencontainers.image.base.name="nvidia/cuda:12.9.1-base-ubuntu24.04" \
-      envbuild.lock.sha256="95bd50dacf1c11ce241c448a0eca6052bbc49f164147e8eff2d81cd99f4db89b"
+      envbuild.lock.sha256="99c60530e522e1f5baf123a00eb9d8d8a7dba8ce15e174065f81c44512686262"
 
 CMD ["python"]

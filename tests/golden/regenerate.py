@@ -59,6 +59,9 @@ def cases() -> dict[str, Callable[[], str]]:
     )
     out["fixture-gpu-buildkit.Dockerfile"] = _fixture_case(fixtures.gpu_lock, buildkit)
     out["fixture-devel-buildkit.Dockerfile"] = _fixture_case(fixtures.devel_lock, buildkit)
+    # A lock that pins its installer (uv): pip installs only uv, uv installs the requirements.
+    out["fixture-cpu-uv-proxy.Dockerfile"] = _fixture_case(fixtures.cpu_uv_lock, proxy)
+    out["fixture-cpu-uv-buildkit.Dockerfile"] = _fixture_case(fixtures.cpu_uv_lock, buildkit)
     for image_dir in example_dirs():
         out[f"{image_dir.name}.Dockerfile"] = _example_case(image_dir)
     return out

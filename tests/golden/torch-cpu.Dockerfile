@@ -23,8 +23,11 @@ ENV VIRTUAL_ENV=/opt/venv \
 
 # The lock's pins, installed hash-checked; the same pins stay as constraints for later installs.
 COPY requirements.lock constraints.txt /opt/envbuild/
-RUN pip install --no-cache-dir --require-hashes --no-deps \
-    -r /opt/envbuild/requirements.lock
+RUN printf '%s\n' 'uv==0.13.9 --hash=sha256:d7f459fe4fd247d830351c75686d3996ace3c6f3f728eb0e85a30b7ada0cef19' \
+  | pip install --no-cache-dir --require-hashes --no-deps --target /tmp/envbuild-installer -r /dev/stdin \
+ && /tmp/envbuild-installer/bin/uv pip install --require-hashes --no-deps --compile-bytecode --no-cache --python /opt/venv/bin/python \
+    -r /opt/envbuild/requirements.lock \
+ && rm -rf /tmp/envbuild-installer
 
 # A later `pip install` obeys the lock's pins instead of swapping the framework for another.
 ENV PIP_CONSTRAINT=/opt/envbuild/constraints.txt
@@ -45,6 +48,6 @@ LABEL org.opencontainers.image.title="torch-cpu" \
       org.opencontainers.image.description="torch 2.13.0 (cpu), Python 3.11, debian12" \
       org.opencontainers.image.version="2.13.0" \
       org.opencontainers.image.base.name="debian:bookworm-slim" \
-      envbuild.lock.sha256="78f4e8ee44761eeeff0b7379315baa4dd04f3e3449635a4da6948da4f7cbfb64"
+      envbuild.lock.sha256="b5bfaf03e0da2dde1fc1f5e2b9f9fe0880c39cf72acf0894139f74f3e6079142"
 
 CMD ["python"]

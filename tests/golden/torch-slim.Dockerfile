@@ -50,6 +50,6 @@ LABEL org.opencontainers.image.title="torch-slim" \
       org.opencontainers.image.description="torch 2.15.0 (cu132), CUDA 13.2, Python 3.11, debian12" \
       org.opencontainers.image.version="2.15.0" \
       org.opencontainers.image.base.name="debian:bookworm-slim" \
-      envbuild.lock.sha256="7e9b1fdc915cab75ec047add8ac696f8a3d2f6a1eff518fbaa7a302f90a96c9a"
+      envbuild.lock.sha256="a9148f6e99503a1559096b28d57460b8393f6cedbf515e41cd77bd82c6b2c4a0"
 
 CMD ["python"]

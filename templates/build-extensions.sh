@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# envbuild's builder stage: compiles the lock's source packages into wheels and installs them
+# into /opt/venv (which the final stage copies; the toolchain and build requirements stay in
+# the builder). Run by the devel template as
+#   build-extensions.sh [pip index options...]
+# with, from the Dockerfile: TORCH_CUDA_ARCH_LIST, CMAKE_CUDA_ARCHITECTURES, CUDA_HOME,
+# ENVBUILD_TOOLCHAIN (devel|wheels), ENVBUILD_GIB_PER_JOB, optional CPATH and
+# ENVBUILD_BUILD_CACHE (a BuildKit cache mount). One requirements file per package in
+# /opt/envbuild/sources/, named <name>-<key>.lock; key = sha256 of the sdist hash, torch and
+# the arch list, so a cached wheel is reused only for exactly the same inputs.
+set -euo pipefail
+
+SOURCES=/opt/envbuild/sources
+OUT=/opt/envbuild/built
+LOG=/tmp/envbuild-build.log
+mkdir -p "$OUT"
+
+# Parallel jobs from the memory this build may use (MemAvailable, capped by the cgroup's
+# memory.max / memory.limit_in_bytes), ENVBUILD_GIB_PER_JOB each, at least 1, at most nproc.
+mem_kib=$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo)
+limit=$(cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || echo max)
+if [ "$limit" != max ] && [ "$((limit / 1024))" -lt "$mem_kib" ]; then mem_kib=$((limit / 1024)); fi
+jobs=$((mem_kib / (${ENVBUILD_GIB_PER_JOB:-3} * 1048576)))
+cpus=$(nproc)
+[ "$jobs" -gt "$cpus" ] && jobs=$cpus
+[ "$jobs" -lt 1 ] && jobs=1
+export MAX_JOBS=$jobs CMAKE_BUILD_PARALLEL_LEVEL=$jobs
+# Many setup.py files build their CUDA code only when they see a GPU, unless told to.
+export FORCE_CUDA=1
+mem_mib=$((mem_kib / 1024))
+
+if [ "${ENVBUILD_TOOLCHAIN:-devel}" = wheels ]; then
+    # The toolkit wheels ship libcudart.so.N only (a wheel holds no symlinks); the linker's
+    # -lcudart wants libcudart.so.
+    for lib in "$CUDA_HOME"/lib/libcudart.so.*; do
+        [ -e "$CUDA_HOME/lib/libcudart.so" ] || ln -s "$(basename "$lib")" "$CUDA_HOME/lib/libcudart.so"
+    done
+fi
+
+failed() {  # failed NAME: the compiler's last lines and what the build had, then stop
+    local name=$1 gpu=no oom=no
+    echo "---- last lines of the build of $name ($LOG) ----"
+    grep -v '^\s*$' "$LOG" | tail -n 15
+    if grep -qiE 'no cuda gpus are available|found no nvidia driver|nvidia-smi: (command )?not found|cudaGetDeviceCount|torch\.cuda\.is_available\(\)|could not find any nvidia gpu' "$LOG"; then gpu=yes; fi
+    if grep -qiE 'killed signal terminated|fatal error: killed|out of memory|std::bad_alloc|signal 9|exit status 137' "$LOG"; then oom=yes; fi
+    echo "envbuild-compile-failed package=$name arch_list='$TORCH_CUDA_ARCH_LIST' max_jobs=$MAX_JOBS mem_available_mib=$mem_mib gpu_probe=$gpu out_of_memory=$oom"
+    exit 1
+}
+
+for spec in "$SOURCES"/*.lock; do
+    [ -e "$spec" ] || continue
+    base=$(basename "$spec" .lock)
+    name=${base%-*}
+    key=${base##*-}
+    cached=${ENVBUILD_BUILD_CACHE:+$ENVBUILD_BUILD_CACHE/$key}
+    if [ -n "$cached" ] && compgen -G "$cached/*.whl" >/dev/null; then
+        echo "envbuild: $name: reusing the wheel built for the same sdist, torch and archs ($key)"
+        cp "$cached"/*.whl "$OUT"/
+        continue
+    fi
+    echo "envbuild: compiling $name for TORCH_CUDA_ARCH_LIST='$TORCH_CUDA_ARCH_LIST' with MAX_JOBS=$MAX_JOBS (${mem_mib} MiB available, ${ENVBUILD_GIB_PER_JOB:-3} GiB per job)"
+    started=$(date +%s)
+    mkdir -p "/tmp/envbuild-wheel/$name"
+    if ! python -m pip wheel --no-cache-dir --no-deps --no-build-isolation --require-hashes \
+        --wheel-dir "/tmp/envbuild-wheel/$name" "$@" -r "$spec" >"$LOG" 2>&1; then
+        failed "$name"
+    fi
+    echo "envbuild: $name compiled in $(($(date +%s) - started)) s"
+    if [ -n "$cached" ]; then mkdir -p "$cached" && cp "/tmp/envbuild-wheel/$name"/*.whl "$cached"/; fi
+    cp "/tmp/envbuild-wheel/$name"/*.whl "$OUT"/
+done
+# The built wheels, into the venv the final stage copies (their dependencies are in the lock).
+python -m pip install --no-cache-dir --no-deps --no-index "$OUT"/*.whl
