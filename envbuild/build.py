@@ -18,7 +18,7 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from envbuild.buildlog import compile_failure, pip_hash_mismatch_message
 from envbuild.engine import ContainerEngine, ProgressFn, RunResult, RunSpec
@@ -86,6 +86,9 @@ class ImageJob:
     gpu: GpuChoice = field(default_factory=GpuChoice)
     smoke_command: tuple[str, ...] = ()
     """The project's own smoke step (`[smoke] command`), run after the payload passed."""
+    context_key: str = ""
+    """sha256 of what the build reads (context, base image id, builder: `app.image`); a
+    tagged image built from the same key that passed here is used as it is. "": never."""
     """How to attach GPUs (auto: gpu_attach.choose decides) and which ones."""
 
 
@@ -112,6 +115,14 @@ class ImageOutcome:
     smoke_command: Mapping[str, Any] | None = None
     """The project's smoke step (`envbuild.project_smoke.record`); None when it has none."""
     """{"path", "bytes", "format"} after `--save`; None when not saved."""
+    tag_s: float = 0.0
+    """Seconds to label and tag the passing candidate."""
+    smoke_reused: Mapping[str, Any] | None = None
+    """The earlier pass of this image id on this host (`PassStore` entry: when, where) when
+    the smoke test was not run again; None when it ran in this run."""
+    unchanged: bool = False
+    """Nothing the build reads changed since the tag was built and passed here: neither
+    built nor tested again (`ImageJob.context_key`)."""
 
     def to_json(self) -> dict[str, Any]:
         """The `envbuild image --json` document on success (docs/image-json.md)."""
@@ -139,6 +150,9 @@ class ImageOutcome:
             "saved": dict(self.saved) if self.saved is not None else None,
             "gpu_attach": dict(self.gpu_attach) if self.gpu_attach is not None else None,
             "smoke_command": dict(self.smoke_command) if self.smoke_command else None,
+            "tag_s": self.tag_s,
+            "smoke_reused": dict(self.smoke_reused) if self.smoke_reused else None,
+            "unchanged": self.unchanged,
         }
 
 
@@ -285,14 +299,38 @@ def _passed(job: ImageJob, result: RunResult, judge: Judge, candidate: str) -> S
     return judgement
 
 
+class PassStore(Protocol):
+    """Smoke passes recorded on this host (`envbuild.smokepass`): an image id that passed
+    here is not tested again. The store is keyed to the host and the run's settings."""
+
+    def find(self, image_id: str) -> Mapping[str, Any] | None: ...
+
+    def record(self, image_id: str, entry: Mapping[str, Any]) -> None: ...
+
+    def find_built(self, context_key: str) -> Mapping[str, Any] | None: ...
+
+    def record_built(self, context_key: str, entry: Mapping[str, Any]) -> None: ...
+
+
 def build_and_verify(
     engine: ContainerEngine,
     job: ImageJob,
     *,
     judge: Judge,
     progress: ProgressFn,
+    passes: PassStore | None = None,
 ) -> ImageOutcome:
-    """Build a candidate, smoke-test it in a container, and tag it only when the test passes."""
+    """Build a candidate, smoke-test it in a container, and tag it only when the test passes
+    (or when `passes` says this image id already passed here: then it is tagged as then;
+    or, when nothing the build reads changed since the tag passed here, as it is)."""
+    unchanged = _unchanged(engine, job, passes)
+    if unchanged is not None:
+        progress(
+            f"{job.tag} is up to date: built from the same context and base image, and it "
+            f"passed its smoke test here at {unchanged.get('passed_at')} "
+            f"({unchanged.get('where')}); not built or tested again (--resmoke runs both)"
+        )
+        return _outcome_of(job, unchanged, build_s=0.0, tag_s=0.0, unchanged=True)
     attach = preflight(engine, job)
     labels = {LOCK_LABEL: job.lock_text, LOCK_SHA_LABEL: job.lock_sha256, **job.extra_labels}
     started = time.monotonic()
@@ -302,6 +340,16 @@ def build_and_verify(
         raise _explain_hash_mismatch(err, job) from None
     build_s = round(time.monotonic() - started, 3)
     candidate = built.image_id
+    earlier = passes.find(candidate) if passes is not None else None
+    if earlier is not None:
+        progress(
+            f"candidate {candidate} built in {build_s:.0f} s by {built.builder or engine.name}; "
+            f"it passed its smoke test here at {earlier.get('passed_at')} "
+            f"({earlier.get('where')}): not run again (--resmoke runs it)"
+        )
+        outcome = _tag_earlier_pass(engine, job, candidate, earlier, built, build_s, attach)
+        _record_built(passes, job, outcome, earlier)
+        return outcome
     progress(
         f"candidate {candidate} built in {build_s:.0f} s by {built.builder or engine.name}; "
         "running the smoke test"
@@ -322,9 +370,11 @@ def build_and_verify(
         # The project's own step runs only after the payload passed, as the payload ran.
         command = run_command(engine, spec, job, candidate, progress) if job.smoke_command else None
         label = report_label(judgement.report, job, attach, command)
+        tag_started = time.monotonic()
         image_id = engine.tag(
             candidate, job.tag, labels={REPORT_LABEL: label, LOCK_SHA_LABEL: job.lock_sha256}
         )
+        tag_s = round(time.monotonic() - tag_started, 3)
     except BaseException:
         # Also on Ctrl-C and engine errors: a candidate that did not pass is not left behind.
         # A failing cleanup must not hide why the run failed.
@@ -332,15 +382,12 @@ def build_and_verify(
             with contextlib.suppress(EnvbuildError):
                 engine.remove_image(candidate)
         raise
-    written = engine.image_labels(job.tag)
-    missing = [k for k in (LOCK_LABEL, LOCK_SHA_LABEL, REPORT_LABEL) if k not in written]
-    if missing:
-        raise EngineError(
-            f"the engine tagged {job.tag} but dropped the labels {', '.join(missing)}",
-            hint=f"inspect it: docker image inspect {job.tag}; remove the tag with "
-            f"docker image rm {job.tag}",
-        )
-    return ImageOutcome(
+    _check_labels(engine, job)
+    entry = {"report_label": label, "summary": judgement.summary, "smoke_s": result.duration_s}
+    if passes is not None:
+        passes.record(candidate, {**entry, "image_id": image_id})
+        fresh = passes.find(candidate) or entry  # with when and where, as recorded
+    outcome = ImageOutcome(
         tag=job.tag,
         image_id=image_id,
         candidate_id=candidate,
@@ -353,4 +400,102 @@ def build_and_verify(
         builder=built.builder,
         gpu_attach=attach.to_json() if attach is not None else None,
         smoke_command=command,
+        tag_s=tag_s,
     )
+    if passes is not None:
+        _record_built(passes, job, outcome, fresh)
+    return outcome
+
+
+def _unchanged(
+    engine: ContainerEngine, job: ImageJob, passes: PassStore | None
+) -> Mapping[str, Any] | None:
+    """The recorded build of this context key when the tag still names its image."""
+    if passes is None or not job.context_key:
+        return None
+    done = passes.find_built(job.context_key)
+    if done is None or not isinstance(done.get("report_label"), str):
+        return None
+    try:
+        image_id, _ = engine.image_ids(job.tag, pull=False)
+    except EnvbuildError:  # no such tag (removed, or moved to another engine): build
+        return None
+    return done if image_id == done.get("image_id") else None
+
+
+def _record_built(
+    passes: PassStore | None, job: ImageJob, outcome: ImageOutcome, passed: Mapping[str, Any]
+) -> None:
+    if passes is None or not job.context_key:
+        return
+    passes.record_built(
+        job.context_key,
+        {
+            "image_id": outcome.image_id,
+            "candidate_id": outcome.candidate_id,
+            "report_label": outcome.report_label,
+            "summary": outcome.summary,
+            "builder": outcome.builder,
+            **{k: passed[k] for k in ("passed_at", "where", "smoke_s") if k in passed},
+        },
+    )
+
+
+def _outcome_of(
+    job: ImageJob, done: Mapping[str, Any], *, build_s: float, tag_s: float, unchanged: bool
+) -> ImageOutcome:
+    """The outcome of a run that reused a recorded pass (its label holds the report)."""
+    label = str(done["report_label"])
+    report = json.loads(label)
+    meta = report.pop("envbuild", None) or {}
+    return ImageOutcome(
+        tag=job.tag,
+        image_id=str(done.get("image_id", "")),
+        candidate_id=str(done.get("candidate_id", "")),
+        report=report,
+        report_label=label,
+        summary=str(done.get("summary", "")),
+        build_s=build_s,
+        smoke_s=0.0,
+        job=job,
+        builder=str(done.get("builder", "")),
+        gpu_attach=meta.get("gpu_attach"),
+        smoke_command=meta.get("smoke_command"),
+        tag_s=tag_s,
+        smoke_reused={k: done[k] for k in ("passed_at", "where", "smoke_s") if k in done},
+        unchanged=unchanged,
+    )
+
+
+def _check_labels(engine: ContainerEngine, job: ImageJob) -> None:
+    written = engine.image_labels(job.tag)
+    missing = [k for k in (LOCK_LABEL, LOCK_SHA_LABEL, REPORT_LABEL) if k not in written]
+    if missing:
+        raise EngineError(
+            f"the engine tagged {job.tag} but dropped the labels {', '.join(missing)}",
+            hint=f"inspect it: docker image inspect {job.tag}; remove the tag with "
+            f"docker image rm {job.tag}",
+        )
+
+
+def _tag_earlier_pass(
+    engine: ContainerEngine,
+    job: ImageJob,
+    candidate: str,
+    earlier: Mapping[str, Any],
+    built: Any,
+    build_s: float,
+    attach: Attachment | None,
+) -> ImageOutcome:
+    """Tag a candidate whose image id passed here before, with the report label of that pass
+    (the same label: the same final image id as then)."""
+    started = time.monotonic()
+    image_id = engine.tag(
+        candidate,
+        job.tag,
+        labels={REPORT_LABEL: str(earlier["report_label"]), LOCK_SHA_LABEL: job.lock_sha256},
+    )
+    tag_s = round(time.monotonic() - started, 3)
+    _check_labels(engine, job)
+    done = {**earlier, "image_id": image_id, "candidate_id": candidate, "builder": built.builder}
+    return _outcome_of(job, done, build_s=build_s, tag_s=tag_s, unchanged=False)

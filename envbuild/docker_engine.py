@@ -364,6 +364,13 @@ class DockerEngine:
             )
         except requests.exceptions.ConnectionError as exc:
             raise self._daemon_error(exc) from None
+        except requests.exceptions.Timeout as exc:
+            # Seen on an overloaded machine: the engine took > 120 s to answer one poll.
+            raise EngineError(
+                f"the engine stopped answering while the smoke container ran: {exc}",
+                hint="check the engine's load and log (`docker info`, `journalctl -u docker`), "
+                "then rerun; the smoke container was removed",
+            ) from None
         finally:
             if container is None:
                 with contextlib.suppress(docker.errors.DockerException, requests.RequestException):

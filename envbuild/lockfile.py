@@ -124,7 +124,10 @@ def dumps(lock: Lock, *, command: str | None = None) -> str:
     # Only locks with source packages have it, as with base_facts.
     if lock.build is not None:
         document.add("build", _build_table(lock.build))
-    document.add("package", _package_tables(lock))
+    # A framework base with no extra packages locks none: tomlkit would write an empty
+    # array of tables as `package = []` above the header.
+    if lock.packages:
+        document.add("package", _package_tables(lock))
     # Locks made before envbuild pinned an installer have none: their bytes stay as they were.
     if lock.installer:
         document.add("installer", _packages_aot(lock.installer))

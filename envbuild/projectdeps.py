@@ -34,6 +34,7 @@ from packaging.utils import canonicalize_name
 
 from envbuild import pydeps
 from envbuild.errors import PinError, RequestError, UnsatisfiableError
+from envbuild.fsio import read_input
 from envbuild.models import ProjectSettings, Request
 from envbuild.project import PYPROJECT, file_kind
 from envbuild.sourcetree import file_sha256, inside_repo
@@ -179,7 +180,7 @@ def _toml(path: Path, what: str) -> dict[str, Any]:
     from envbuild.request import toml_loads
 
     try:
-        return toml_loads(path.read_text(encoding="utf-8"))
+        return toml_loads(read_input(path, what=what).decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
         raise RequestError(
             f"{what} {path} is not valid TOML: {exc}",
@@ -370,7 +371,7 @@ def _requirements_file(reader: _Reader, path: Path, *, constraint: bool) -> None
         return
     reader.seen.add(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_input(path, what="requirements file").decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise RequestError(
             f"cannot read {rel}: {exc}", hint="check the file", fields={"path": rel}

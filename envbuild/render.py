@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envbuild import builder_stage, project, resources, smoke, sourcetree
+from envbuild import builder_stage, project, resources, sandbox, smoke, sourcetree
 from envbuild.errors import UserError
 from envbuild.locations import is_direct_url, is_remote
 from envbuild.lockfile import dumps, lock_sha256
@@ -491,78 +491,11 @@ def _base_values(lock: Lock, options: RenderOptions) -> dict[str, Any]:
 # --- rendering ------------------------------------------------------------------------------
 
 
-# Limits of a render: a folder's Dockerfile.j2 is code from whoever wrote the folder, so it runs
-# in Jinja2's immutable sandbox (https://jinja.palletsprojects.com/en/stable/sandbox/: no
-# attribute walk to os, no mutation of the values) and within these bounds.
-MAX_OUTPUT = 1 << 20
-"""Characters a render may produce (the shipped Dockerfiles are about 5 kB)."""
-MAX_LOOP_STEPS = 100_000
-"""range() steps one render may take, all loops together."""
-_BIG_WIDTH = re.compile(r"[0-9]{7,}")  # a format width of a million characters or more
-
-
-@functools.cache
-def _sandbox() -> Any:
-    """The sandboxed environment class, with the limits above (jinja2 imported lazily)."""
-    from jinja2.exceptions import SecurityError
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    class Sandbox(ImmutableSandboxedEnvironment):
-        intercepted_binops = frozenset({"*", "**", "%"})
-
-        def __init__(self, **kwargs: Any) -> None:
-            super().__init__(**kwargs)
-            self.steps = 0
-            self.globals.pop("lipsum", None)  # lipsum(n) writes n paragraphs
-            self.globals["range"] = self.range
-
-        def range(self, *args: int) -> Any:
-            for step in range(*args):
-                self.steps += 1
-                if self.steps > MAX_LOOP_STEPS:
-                    raise SecurityError(f"more than {MAX_LOOP_STEPS} range() steps")
-                yield step
-
-        def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
-            problem = _binop_problem(operator, left, right)
-            if problem:
-                raise SecurityError(problem)
-            return super().call_binop(context, operator, left, right)
-
-        def call(self, context: Any, obj: Any, *args: Any, **kwargs: Any) -> Any:
-            values = [*args, *kwargs.values()]
-            if any(isinstance(v, int) and abs(v) > MAX_OUTPUT for v in values):
-                raise SecurityError("a call with a number larger than the output limit")
-            if getattr(obj, "__name__", "") in ("format", "format_map") and any(
-                isinstance(s, str) and _BIG_WIDTH.search(s)
-                for s in (getattr(obj, "__self__", None), *values)
-            ):
-                raise SecurityError("a format width of a million characters or more")
-            return super().call(context, obj, *args, **kwargs)
-
-    return Sandbox
-
-
-def _binop_problem(operator: str, left: Any, right: Any) -> str:
-    """Why `left OPERATOR right` would blow the limits in a template ("" when it would not)."""
-    if operator == "*":
-        for seq, n in ((left, right), (right, left)):
-            sized = isinstance(seq, str | list | tuple) and isinstance(n, int)
-            if sized and len(seq) * n > MAX_OUTPUT:
-                return f"a sequence repeated {n} times"
-    ints = isinstance(left, int) and isinstance(right, int)
-    if operator == "**" and ints and abs(left) > 1 and right * abs(left).bit_length() > 4096:
-        return f"{left} ** {right} is too large"
-    if operator == "%" and isinstance(left, str) and _BIG_WIDTH.search(left):
-        return "a format width of a million characters or more"
-    return ""
-
-
 @functools.lru_cache(maxsize=8)
 def _environment(user_template: str | None) -> Any:
     """The render environment: the built-in templates, and the folder's Dockerfile.j2 source
     (already read) when there is one; sandboxed either way. Cached per template source, so the
-    compiled templates are reused (`_generate` resets the loop budget of each render)."""
+    compiled templates are reused (`sandbox.generate` resets each render's loop budget)."""
     import jinja2
 
     builtin = jinja2.PrefixLoader(
@@ -572,7 +505,7 @@ def _environment(user_template: str | None) -> Any:
     loaders: list[jinja2.BaseLoader] = [builtin]
     if user_template is not None:
         loaders.append(jinja2.DictLoader({USER_TEMPLATE: user_template}))
-    return _sandbox()(
+    return sandbox.environment_class()(
         loader=jinja2.ChoiceLoader(loaders),
         undefined=jinja2.StrictUndefined,
         autoescape=False,  # Dockerfile text, not HTML; values are validated instead
@@ -591,7 +524,7 @@ def _user_template(template_dir: Path | None) -> str | None:
 
     path = template_dir / USER_TEMPLATE
     try:
-        data = read_input(path, what="the template", limit=MAX_OUTPUT)
+        data = read_input(path, what="the template", limit=sandbox.MAX_OUTPUT)
     except FileNotFoundError:
         return None
     try:
@@ -602,21 +535,6 @@ def _user_template(template_dir: Path | None) -> str | None:
             hint=f"save {path} as UTF-8",
             fields={"template": str(path)},
         ) from None
-
-
-def _generate(template: Any, values: dict[str, Any]) -> str:
-    """The rendered text, stopped past MAX_OUTPUT characters."""
-    from jinja2.exceptions import SecurityError
-
-    parts: list[str] = []
-    size = 0
-    template.environment.steps = 0
-    for chunk in template.generate(values):
-        size += len(chunk)
-        if size > MAX_OUTPUT:
-            raise SecurityError(f"the output passed {MAX_OUTPUT} characters")
-        parts.append(chunk)
-    return "".join(parts)
 
 
 def _tidy(text: str) -> str:
@@ -656,7 +574,7 @@ def render_dockerfile(
     if user_template is not None and template_dir is not None:
         entry, where = USER_TEMPLATE, str(template_dir / USER_TEMPLATE)
     try:
-        text = _generate(env.get_template(entry), values)
+        text = sandbox.generate(env.get_template(entry), values)
     except jinja2.exceptions.SecurityError as exc:
         raise UserError(
             f"template {where} does something the sandbox does not allow: {exc}",
@@ -767,12 +685,17 @@ def _payload_files() -> dict[str, bytes]:
     return out
 
 
+def wheel_paths(folder: Path) -> dict[str, Path]:
+    """The wheelhouse's files as the build context names them (`wheels/...`) -> their path."""
+    return {
+        f"{WHEELS_CONTEXT_DIR}/{path.relative_to(folder).as_posix()}": path
+        for path in sorted(folder.rglob("*"))
+        if path.is_file()
+    }
+
+
 def _wheel_files(folder: Path) -> dict[str, bytes]:
-    out: dict[str, bytes] = {}
-    for path in sorted(folder.rglob("*")):
-        if path.is_file():
-            out[f"{WHEELS_CONTEXT_DIR}/{path.relative_to(folder).as_posix()}"] = path.read_bytes()
-    return out
+    return {name: path.read_bytes() for name, path in wheel_paths(folder).items()}
 
 
 def build_context(
@@ -782,8 +705,11 @@ def build_context(
     image_dir: Path,
     options: RenderOptions,
     matrix: Matrix,
+    wheels: bool = True,
 ) -> dict[str, bytes]:
     """Every file the build sends (relative path -> bytes, "Dockerfile" at the root), sorted.
+    `wheels=False`: all but the wheelhouse's files (`wheel_paths` names them; `envbuild
+    image` reads them only when the engine builds).
     `matrix` feeds the smoke plan (its GPU baselines)."""
     _require_local_wheels(lock, options)
     files: dict[str, bytes] = {
@@ -800,7 +726,7 @@ def build_context(
     files.update(_payload_files())
     if options.ca_cert is not None:
         files[CA_CONTEXT_PATH] = options.ca_cert
-    if options.find_links is not None:
+    if options.find_links is not None and wheels:
         files.update(_wheel_files(options.find_links))
     files.update(sourcetree.context_files(lock.project, image_dir))
     files.update(builder_stage.context_files(lock))

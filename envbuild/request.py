@@ -560,15 +560,14 @@ _SMOKE_RANGES = {
 
 def _smoke_table(sm: Mapping[str, Any], path: str) -> SmokeSettings:
     defaults = dataclasses.asdict(SmokeSettings())
-    values = {
+    values: dict[str, Any] = {
         key: _int(path, "smoke", key, sm.get(key, defaults[key]), minimum=low, maximum=high)
         for key, (low, high) in _SMOKE_RANGES.items()
     }
     if "command" in sm:
         from envbuild.project import command_value
 
-        command = command_value(path, "smoke", "command", sm["command"])
-        return SmokeSettings(**values, command=command)
+        values["command"] = command_value(path, "smoke", "command", sm["command"])
     return SmokeSettings(**values)
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envbuild.errors import RequestError, UserError
+from envbuild.fsio import read_input
 from envbuild.models import ProjectSettings
 
 CONTEXT_DIR = "project"
@@ -97,8 +98,8 @@ def inside_repo(image_dir: Path, relative: str, *, what: str) -> Path:
     return target
 
 
-def file_sha256(path: Path) -> str:
-    return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+def file_sha256(path: Path, what: str = "project file") -> str:
+    return "sha256:" + hashlib.sha256(read_input(path, what=what)).hexdigest()
 
 
 def ignore_rules(user_rules: Sequence[str], own_file: str | None = None) -> tuple[str, ...]:
@@ -150,13 +151,15 @@ def collect(folder: Path, user_rules: Sequence[str]) -> SourceFiles:
     import pathspec
 
     own = folder / ".dockerignore"
-    rules = ignore_rules(user_rules, own.read_text(encoding="utf-8") if own.is_file() else None)
+    own_text = (
+        read_input(own, what=".dockerignore").decode("utf-8", "replace") if own.is_file() else None
+    )
+    rules = ignore_rules(user_rules, own_text)
     spec = pathspec.GitIgnoreSpec.from_lines([_anchored(r) for r in rules])
     # A folder that is ignored is skipped whole unless a `!` rule could re-include under it.
     prune = not any(r.startswith("!") for r in rules)
     root = folder.resolve()
-    out: dict[str, bytes] = {}
-    total = 0
+    kept: dict[str, Path] = {}
     for dirpath, dirnames, filenames in os.walk(root):
         here = Path(dirpath)
         rel_dir = here.relative_to(root).as_posix()
@@ -178,13 +181,14 @@ def collect(folder: Path, user_rules: Sequence[str]) -> SourceFiles:
             path = here / name
             if path.is_symlink():
                 path = _refuse_link(path, rel, root)
-            if not path.is_file():
-                continue  # sockets, FIFOs: nothing to copy
-            data = path.read_bytes()
-            total += len(data)
-            out[rel] = data
-    if total > MAX_BYTES:
-        _too_large(out)
+            if path.is_file():  # sockets, FIFOs: nothing to copy
+                kept[rel] = path
+    sizes = {rel: path.stat().st_size for rel, path in kept.items()}
+    if sum(sizes.values()) > MAX_BYTES:  # before reading any of it
+        _too_large(sizes)
+    out = {
+        rel: read_input(path, what="project file", limit=MAX_BYTES) for rel, path in kept.items()
+    }
     if not out:
         raise UserError(
             f"the project folder {folder} has no files left after the ignore rules",
@@ -207,10 +211,10 @@ def _refuse_link(link: Path, rel: str, root: Path) -> Path:
     )
 
 
-def _too_large(files: dict[str, bytes]) -> None:
-    biggest = sorted(files, key=lambda k: -len(files[k]))[:3]
-    names = ", ".join(f"{k} ({len(files[k]) / 1e6:.0f} MB)" for k in biggest)
-    total = sum(len(v) for v in files.values())
+def _too_large(sizes: dict[str, int]) -> None:
+    biggest = sorted(sizes, key=lambda k: -sizes[k])[:3]
+    names = ", ".join(f"{k} ({sizes[k] / 1e6:.0f} MB)" for k in biggest)
+    total = sum(sizes.values())
     raise UserError(
         f"the project's files come to {total / 1e6:.0f} MB (at most {MAX_BYTES // 2**20} MiB "
         f"go into an image); the largest: {names}",

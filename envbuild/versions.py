@@ -73,7 +73,7 @@ def major_minor(version: str) -> tuple[int, int]:
     return (release[0], release[1] if len(release) > 1 else 0)
 
 
-_DRIVER_SHAPE = re.compile(r"^(\d+)(\.\d{1,3}){0,2}$")
+_DRIVER_SHAPE = re.compile(r"^(\d{1,9})(\.\d{1,3}){0,2}$")
 
 
 def driver_problem(text: str) -> tuple[str, str] | None:

@@ -10,8 +10,10 @@ refuses: the image stays tagged here).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -23,12 +25,13 @@ from envbuild.build import (
     ImageJob,
     ImageOutcome,
     Judge,
+    PassStore,
     build_and_verify,
     default_tag,
     shm_mib_for,
 )
 from envbuild.engine import ContainerEngine, RunResult
-from envbuild.errors import RegistryError, UserError
+from envbuild.errors import EnvbuildError, RegistryError, UserError
 from envbuild.gpu_attach import GpuChoice
 from envbuild.lockfile import lock_sha256
 from envbuild.models import Lock
@@ -40,6 +43,7 @@ from envbuild.render import (
     BuildInputs,
     build_context,
     render_options,
+    wheel_paths,
 )
 
 # docker/distribution reference grammar (reference/regexp.go), simplified to one expression:
@@ -73,6 +77,10 @@ class ImageRequest:
     """BuildKit `--cache-to` specs, passed through (needs --buildkit)."""
     gpu: GpuChoice = field(default_factory=GpuChoice)
     """How the smoke container gets its GPUs (`--gpu-attach`, `--gpu-devices`)."""
+    resmoke: bool = False
+    """Run the smoke test even when this image id already passed it on this host."""
+    record_passes: bool = True
+    """Look up and record smoke passes (`envbuild.smokepass`); False: neither."""
 
 
 def build_image(
@@ -107,8 +115,105 @@ def build_image(
         engine = inputs.make_engine(
             buildkit=build_inputs.buildkit, engine=request.engine, buildx=buildx
         )
-    outcome = build_and_verify(engine, job, judge=judge, progress=progress)
+    passes = pass_store(engine, job, request) if request.record_passes else None
+    if passes is not None and not request.resmoke:
+        job = replace(job, context_key=context_key(engine, job))
+    outcome = build_and_verify(engine, job, judge=judge, progress=progress, passes=passes)
     return deliver(engine, outcome, push=request.push, save=request.save, progress=progress)
+
+
+class BuildContext(Mapping[str, bytes]):
+    """A build context whose wheelhouse files are read when the engine sends them: a rebuild
+    where nothing changed (`context_key` finds it built) reads none of those large files."""
+
+    def __init__(self, files: Mapping[str, bytes], on_disk: Mapping[str, Path]) -> None:
+        self._files = dict(files)
+        self._on_disk = {k: v for k, v in on_disk.items() if k not in self._files}
+
+    def __getitem__(self, name: str) -> bytes:
+        if name in self._files:
+            return self._files[name]
+        return self._on_disk[name].read_bytes()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted({*self._files, *self._on_disk}))
+
+    def __len__(self) -> int:
+        return len(self._files) + len(self._on_disk)
+
+    def digest(self) -> str:
+        """sha256 of every file: the bytes of those in memory, and (size, mtime, inode) of the
+        wheelhouse's (a changed wheel is a new file or a new mtime, as for rsync and make)."""
+        h = hashlib.sha256()
+        for name in self:
+            if name in self._files:
+                h.update(f"{name}\0{hashlib.sha256(self._files[name]).hexdigest()}\0".encode())
+            else:
+                st = self._on_disk[name].stat()
+                h.update(f"{name}\0{st.st_size}:{st.st_mtime_ns}:{st.st_ino}\0".encode())
+        return h.hexdigest()
+
+
+def context_key(engine: ContainerEngine, job: ImageJob) -> str:
+    """sha256 of what the build reads: the context, the id of each image a FROM names (as the
+    engine has it now), the builder and the build's labels; "" when a FROM image is missing
+    here (the build pulls it: nothing to compare)."""
+    context = job.context
+    digest = context.digest() if isinstance(context, BuildContext) else ""
+    if not digest:
+        return ""
+    ids: list[str] = []
+    stages: set[str] = set()
+    for line in context.get("Dockerfile", b"").decode("utf-8", "replace").splitlines():
+        words = [w for w in line.split() if not w.startswith("--")]
+        if len(words) < 2 or words[0].upper() != "FROM":
+            continue
+        if words[1] not in stages:
+            try:
+                ids.append(engine.image_ids(words[1], pull=False)[0])
+            except EnvbuildError:
+                return ""
+        if len(words) >= 4 and words[2].upper() == "AS":
+            stages.add(words[3])
+    builder = getattr(engine, "builder", None)
+    facts = {
+        "context": digest,
+        "from": ids,
+        "engine": engine.name,
+        "builder": builder() if callable(builder) else "",
+        "labels": [job.lock_sha256, sorted(job.extra_labels.items())],
+    }
+    return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
+
+
+def pass_store(engine: ContainerEngine, job: ImageJob, request: ImageRequest) -> PassStore:
+    """This host's smoke passes for this run's settings (`envbuild.smokepass`)."""
+    import os
+
+    from envbuild import smokepass
+
+    if request.engine == "podman":
+        address = inputs.podman_socket()
+    else:
+        address = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    server = getattr(engine, "server", None)
+    try:
+        identity: tuple[str, ...] = tuple(server()) if callable(server) else ()
+    except Exception:  # the engine answers the build next; its identity is best effort
+        identity = ()
+    key, where = smokepass.host_key(
+        engine=request.engine,
+        address=address,
+        server=identity,
+        local=address.startswith("unix://"),
+        settings={
+            "allow_cpu": job.allow_cpu,
+            "shm_mib": job.shm_mib,
+            "gpu": [job.gpu.want, *job.gpu.devices] if job.needs_gpu else [],
+            "command": list(job.smoke_command),
+        },
+    )
+    return smokepass.FileStore(key, where, reuse=not request.resmoke)
 
 
 def deliver(
@@ -203,7 +308,11 @@ def prepare(
     _request, lock, lock_text = inputs.load_fresh_text(image_dir, matrix_overlay=matrix_overlay)
     matrix = matrix_data.load_matrix_from(matrix_overlay)
     sha = lock_sha256(lock_text)
-    context = build_context(lock, lock_text, image_dir=image_dir, options=options, matrix=matrix)
+    files = build_context(
+        lock, lock_text, image_dir=image_dir, options=options, matrix=matrix, wheels=False
+    )
+    wheels = wheel_paths(options.find_links) if options.find_links is not None else {}
+    context = BuildContext(files, wheels)
     # A CPU image's plan allows the CPU without the flag (as render writes it into the image).
     plan = smoke.plan(lock, allow_cpu=request.allow_cpu or not needs_gpu(lock), matrix=matrix)
     min_shm = int(plan.get("min_shm_mib", lock.smoke.min_shm_mib) or lock.smoke.min_shm_mib)

@@ -74,11 +74,18 @@ def _print_outcome(doc: dict[str, Any]) -> None:
     if doc.get("smoke_summary"):
         console.line(f"  {doc['smoke_summary']}")
     device = doc.get("device") or "?"
-    console.line(
-        f"  smoke:  pass on {device}"
-        + (f", checks: {tally}" if tally else "")
-        + f" in {doc['smoke_s']:.1f} s (build {doc['build_s']:.0f} s)"
-    )
+    reused = doc.get("smoke_reused")
+    if reused:
+        console.line(
+            f"  smoke:  passed on {device} at {reused.get('passed_at')} ({reused.get('where')}); "
+            f"this image id was not tested again (--resmoke runs it) (build {doc['build_s']:.0f} s)"
+        )
+    else:
+        console.line(
+            f"  smoke:  pass on {device}"
+            + (f", checks: {tally}" if tally else "")
+            + f" in {doc['smoke_s']:.1f} s (build {doc['build_s']:.0f} s)"
+        )
     command = doc.get("smoke_command")
     if command:
         console.line(
@@ -158,6 +165,11 @@ def _print_failure(err: SmokeFailed) -> None:
 )
 @click.option("--keep-failed", is_flag=True, help="Keep the candidate image when smoke fails.")
 @click.option(
+    "--resmoke",
+    is_flag=True,
+    help="Run the smoke test even if this image id already passed it on this host.",
+)
+@click.option(
     "--push",
     "push",
     is_flag=False,
@@ -201,6 +213,7 @@ def command(
     allow_cpu: bool,
     smoke_timeout: int | None,
     keep_failed: bool,
+    resmoke: bool,
     push: str | None,
     save: Path | None,
     engine: str,
@@ -226,6 +239,7 @@ def command(
                 allow_cpu=allow_cpu,
                 smoke_timeout=smoke_timeout,
                 keep_failed=keep_failed,
+                resmoke=resmoke,
                 push=push,
                 save=save,
                 engine=engine,

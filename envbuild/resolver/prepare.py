@@ -142,6 +142,7 @@ def _targets(
                     "(ENVBUILD_MATRIX_OVERLAY)",
                 )
             add(host_arch, gpu.name)
+            _check_host_platform(matrix, gpu.name, request.platform)
     rules = ArchRules.from_archs(matrix.archs)
     targets = tuple(
         _Target(arch=archs[cc], labels=tuple(labels[cc]), rules=rules)

@@ -161,7 +161,8 @@ def make_bases(results: dict[str, Any]) -> None:
 
 
 def image(folder: Path, tag: str, *extra: str, expect: int, lock_sha: str) -> dict[str, Any]:
-    step = envbuild("image", str(folder), "--tag", tag, "--json", *extra, timeout=1500)
+    again = ("--resmoke",) if expect else ()
+    step = envbuild("image", str(folder), "--tag", tag, "--json", *again, *extra, timeout=1500)
     step["expected_rc"] = expect
     step["tag_exists"] = tag_exists(tag)
     step["containers_left"] = containers(f"envbuild.lock.sha256={lock_sha}")
@@ -174,6 +175,8 @@ def image(folder: Path, tag: str, *extra: str, expect: int, lock_sha: str) -> di
 
 
 def faults(folder: Path, device: dict[str, str] | None, lock_sha: str) -> dict[str, Any]:
+    """Each must fail and leave no tag and no container. --resmoke: the same image id passed
+    a moment ago, and a recorded pass would otherwise be reused without running anything."""
     out: dict[str, Any] = {}
     if device is not None:
         out["no-gpu-forced-gpus"] = image(

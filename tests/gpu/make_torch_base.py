@@ -77,27 +77,33 @@ DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 def closure(roots: tuple[str, ...]) -> list[metadata.Distribution]:
-    """The installed distributions `roots` need, by their metadata (markers evaluated here)."""
+    """The installed distributions `roots` need, by their metadata: markers evaluated here,
+    extras followed (torch's CUDA 13 wheels name `cuda-toolkit[cublas,...]`, whose extras
+    bring the nvidia-* libraries)."""
     from packaging.requirements import Requirement
     from packaging.utils import canonicalize_name
 
     # Only this interpreter's own site-packages: PYTHONPATH may put other copies first.
     paths = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
     seen: dict[str, metadata.Distribution] = {}
-    todo = list(roots)
+    extras_done: dict[str, set[str]] = {}
+    todo: list[tuple[str, frozenset[str]]] = [(r, frozenset()) for r in roots]
     while todo:
-        name = str(canonicalize_name(todo.pop()))
-        if name in seen:
+        raw, extras = todo.pop()
+        name = str(canonicalize_name(raw))
+        wanted = {"", *extras}
+        if name in seen and wanted <= extras_done[name]:
             continue
         found = list(metadata.Distribution.discover(name=name, path=paths))
         if not found:
             continue
-        dist = found[0]
-        seen[name] = dist
+        dist = seen.setdefault(name, found[0])
+        new = wanted - extras_done.get(name, set())
+        extras_done.setdefault(name, set()).update(wanted)
         for text in dist.requires or []:
             req = Requirement(text)
-            if req.marker is None or req.marker.evaluate({"extra": ""}):
-                todo.append(req.name)
+            if req.marker is None or any(req.marker.evaluate({"extra": e}) for e in new):
+                todo.append((req.name, frozenset(req.extras)))
     return list(seen.values())
 
 

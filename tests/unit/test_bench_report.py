@@ -138,3 +138,32 @@ def test_layer_analysis_names_each_layers_largest_file() -> None:
 def test_context_digests_are_shortened_for_readers() -> None:
     step = "COPY dir:" + "ab" * 32 + " in /tmp/envbuild-wheels/"
     assert run._short(step) == "COPY dir:abababababab in /tmp/envbuild-wheels/"
+
+
+def test_goals_table_sets_each_ratio_beside_its_goal() -> None:
+    data = _canned()
+    data["machine"] = {"cpus": 2, "load average at start": "7.10 6.00 5.00"}
+    data["cli_start"]["rows"] = [
+        run.row("`envbuild --help`", [0.06], [0.05], peer_name="click", goal=1.2),
+        run.row("`envbuild resolve`", [0.12], [0.05], peer_name="click", goal=2.0),
+        run.row("`python -c pass`", [0.01]),
+    ]
+    lines = run.write_report(data).splitlines()
+    start = lines.index("## Speed goals")
+    end = lines.index("## 1. CLI start", start)
+    table = [ln for ln in lines[start:end] if ln.startswith("| `")]
+    assert [c.strip() for c in table[0].strip("|").split("|")] == [
+        "`envbuild --help`",
+        "1",
+        "60 ms",
+        "50 ms",
+        "1.20x",
+        "<= 1.20x",
+        "yes",
+    ]
+    assert table[1].endswith("| 2.40x | <= 2.00x | **no** |")
+    assert len(table) == 2  # a row without a goal is not a goal
+    assert any(
+        ln.startswith("**The machine was loaded** (1-minute load average up to 7.1 on 2")
+        for ln in lines
+    )

@@ -278,3 +278,60 @@ def test_the_committed_sdist_is_made_from_the_committed_source() -> None:
     assert data == SDIST.read_bytes(), (
         "regenerate: python -m tests.sdist images/torch-ext/vecadd images/torch-ext/wheels, then re-lock"
     )
+
+
+# --- the resolver: where nvcc comes from -----------------------------------------------------
+
+
+def test_plain_stacks_compile_with_toolkit_wheels_from_cuda_13_only() -> None:
+    from envbuild.matrix import load_matrix_from
+    from envbuild.models import Stack, Unsatisfiable
+    from envbuild.request import request_from_flags
+    from envbuild.resolver import resolve
+
+    matrix = load_matrix_from(None)
+
+    def plain(framework: str, cuda: str | None = None) -> Stack | Unsatisfiable:
+        request = request_from_flags(
+            framework=framework,
+            python="3.11",
+            os_name="debian12",
+            flavour="plain",
+            gpus=("H100",),
+            driver="580.65.06",
+            cuda=cuda,
+            compile_extensions=True,
+        )
+        return resolve(request, matrix)
+
+    ok = plain("torch==2.15.*")
+    assert isinstance(ok, Stack) and ok.base_image.builder is None
+    assert any("toolkit wheels from PyPI" in n for n in ok.notes)
+    refused = plain("torch==2.10.*", cuda="12.8")
+    assert isinstance(refused, Unsatisfiable)
+    assert any("wheels on PyPI hold no nvcc" in r for r in refused.reasons)
+
+
+def test_a_devel_builder_compiles_with_its_own_nvcc() -> None:
+    from envbuild.render import render_dockerfile
+
+    lock = loads((EXAMPLE / "envbuild.lock").read_text())
+    assert lock.build is not None
+    devel = dataclasses.replace(
+        lock,
+        stack=dataclasses.replace(
+            lock.stack,
+            base_image=dataclasses.replace(
+                lock.stack.base_image, builder="nvidia/cuda:13.0.2-devel-ubuntu24.04"
+            ),
+        ),
+        build=dataclasses.replace(lock.build, toolchain="devel", toolchain_packages=()),
+    )
+    text = render_dockerfile(devel, options=RenderOptions())
+    assert "FROM nvidia/cuda:13.0.2-devel-ubuntu24.04 AS builder" in text
+    assert "CUDA_HOME=/usr/local/cuda " in text and "toolchain.lock" not in text
+    assert set(builder_stage.context_files(devel)) == {
+        "build-extensions.sh",
+        "build-requirements.lock",
+        f"sources/envbuild-vecadd-{builder_stage.cache_key(devel, next(p for p in devel.packages if p.sdist))}.lock",
+    }

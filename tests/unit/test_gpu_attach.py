@@ -76,14 +76,14 @@ def test_cdi_only_engine_takes_cdi_and_knows_gpus_would_fail() -> None:
 
 def test_cdi_devices_by_index_and_uuid() -> None:
     facts = facts_of(load("docker-26.1-cdi-only.json"))
-    uuid = "GPU-0f3c2b7e-5a4d-9e81-6c2f-8d1a7b3e4c90"
+    uuid = "GPU-5abee598-9afc-d29b-f652-2b5153953e0b"
     assert choose(facts, devices=("0", uuid)).cdi_device_ids() == [
         "nvidia.com/gpu=0",
         f"nvidia.com/gpu={uuid}",
     ]
     missing = choose(facts, devices=("1",))
     assert missing.way == "none"
-    assert "name no nvidia.com/gpu device 1 (they name 0, GPU-0f3c" in missing.reason
+    assert "name no nvidia.com/gpu device 1 (they name 0, GPU-5abe" in missing.reason
 
 
 def test_cdi_off_is_not_cdi_even_with_a_spec() -> None:

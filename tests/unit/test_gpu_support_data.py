@@ -12,6 +12,7 @@ import hashlib
 import json
 
 import pytest
+from packaging.version import Version
 
 from envbuild import matrix as mx
 from envbuild.app import lock as lock_use_case
@@ -153,3 +154,16 @@ def test_aarch64_dockerfiles_name_their_platform() -> None:
     assert froms and all(line.startswith("FROM --platform=linux/arm64 ") for line in froms)
     x86 = render_dockerfile(fixtures.gpu_lock(), options=RenderOptions(), lock_text="x\n")
     assert not any("--platform" in line for line in x86.splitlines() if line.startswith("FROM"))
+
+
+def test_every_torch_release_has_one_aarch64_pypi_default() -> None:
+    m = mx.parse_matrix(_files())
+    for release in m.releases_of("torch"):
+        defaults = [
+            b
+            for b in m.builds_for("torch", release.version)
+            if b.pypi_default and "aarch64" in b.platforms
+        ]
+        assert len(defaults) == 1, release.version
+        cuda_from_211 = Version(release.version) >= Version("2.11")
+        assert (defaults[0].cuda is not None) == cuda_from_211, release.version

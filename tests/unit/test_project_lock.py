@@ -55,7 +55,9 @@ def setup(
 
 
 def requirement_lines(uv: RecordingUv) -> list[str]:
-    return uv.inputs[-1].splitlines()
+    """What the last pin asked uv for, without the image's own installer (pinned alongside)."""
+    installer = getattr(lock_use_case, "INSTALLER", None)
+    return [line for line in uv.inputs[-1].splitlines() if line != installer]
 
 
 PYPROJECT = """\

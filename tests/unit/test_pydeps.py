@@ -79,7 +79,10 @@ def test_parse_skips_packages_whose_marker_excludes_the_target() -> None:
         'hashes = { sha256 = "' + "2" * 64 + '" } }\n'
     )
     (pkg,) = pydeps.parse_pylock(text, _req())
-    assert pkg == LockedPackage("b-c", "2", ("sha256:" + "2" * 64,), "https://pypi.org/simple")
+    # Only an sdist: marked so (the builder stage compiles it; envbuild/app/source_lock.py).
+    assert pkg == LockedPackage(
+        "b-c", "2", ("sha256:" + "2" * 64,), "https://pypi.org/simple", sdist=True
+    )
 
 
 def test_source_of_maps_files_to_their_index() -> None:
