@@ -28,6 +28,7 @@ import tarfile
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -276,6 +277,18 @@ def bench_resolve(repeat: int) -> Section:
     drivers = [
         d for d in _branches([c.toolkit_driver for c in matrix.cuda]) if int(d.split(".")[0]) >= 570
     ]
+    from envbuild.errors import UserError
+
+    def x86_64(name: str) -> bool:
+        """A GPU an x86_64 host can have (GB200/GB300 come only in aarch64 Grace hosts)."""
+        try:
+            resolve(Request(framework="torch", targets=Targets(gpus=(name,))), matrix)
+        except UserError:
+            return False
+        return True
+
+    archs = [replace(a, gpus=tuple(g for g in a.gpus if x86_64(g))) for a in archs]
+    archs = [a for a in archs if a.gpus]
     hosts = []
     for i in range(100):
         arch = rng.choice(archs)

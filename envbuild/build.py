@@ -305,7 +305,9 @@ class PassStore(Protocol):
 
     def find(self, image_id: str) -> Mapping[str, Any] | None: ...
 
-    def record(self, image_id: str, entry: Mapping[str, Any]) -> None: ...
+    def record(self, image_id: str, entry: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Store a pass; the entry as stored (with when and where)."""
+        ...
 
     def find_built(self, context_key: str) -> Mapping[str, Any] | None: ...
 
@@ -347,7 +349,7 @@ def build_and_verify(
             f"it passed its smoke test here at {earlier.get('passed_at')} "
             f"({earlier.get('where')}): not run again (--resmoke runs it)"
         )
-        outcome = _tag_earlier_pass(engine, job, candidate, earlier, built, build_s, attach)
+        outcome = _tag_earlier_pass(engine, job, candidate, earlier, built, build_s)
         _record_built(passes, job, outcome, earlier)
         return outcome
     progress(
@@ -384,9 +386,7 @@ def build_and_verify(
         raise
     _check_labels(engine, job)
     entry = {"report_label": label, "summary": judgement.summary, "smoke_s": result.duration_s}
-    if passes is not None:
-        passes.record(candidate, {**entry, "image_id": image_id})
-        fresh = passes.find(candidate) or entry  # with when and where, as recorded
+    stored = passes.record(candidate, {**entry, "image_id": image_id}) if passes else entry
     outcome = ImageOutcome(
         tag=job.tag,
         image_id=image_id,
@@ -402,8 +402,7 @@ def build_and_verify(
         smoke_command=command,
         tag_s=tag_s,
     )
-    if passes is not None:
-        _record_built(passes, job, outcome, fresh)
+    _record_built(passes, job, outcome, stored)
     return outcome
 
 
@@ -485,7 +484,6 @@ def _tag_earlier_pass(
     earlier: Mapping[str, Any],
     built: Any,
     build_s: float,
-    attach: Attachment | None,
 ) -> ImageOutcome:
     """Tag a candidate whose image id passed here before, with the report label of that pass
     (the same label: the same final image id as then)."""

@@ -175,10 +175,11 @@ def cli() -> None:
 def main() -> None:
     import signal
 
-    from envbuild import codecache
+    if sys.argv[1:2] and sys.argv[1] not in ("-h", "--help", "--version"):
+        from envbuild import codecache
 
-    # Before any command module is imported: their dataclasses' methods come compiled.
-    codecache.reuse_dataclass_code()
+        # Before any command module is imported: their dataclasses' methods come compiled.
+        codecache.reuse_dataclass_code()
     signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         try:

@@ -37,7 +37,7 @@ from envbuild.errors import PinError, RequestError, UnsatisfiableError
 from envbuild.fsio import read_input
 from envbuild.models import ProjectSettings, Request
 from envbuild.project import PYPROJECT, file_kind
-from envbuild.sourcetree import file_sha256, inside_repo
+from envbuild.sourcetree import file_sha256, inside_repo, request_file
 
 # pip's requirements-file options that name another file; everything else that starts with
 # "-" is refused (index options belong in [indexes], so one request locks from one place).
@@ -98,6 +98,11 @@ class _Reader:
     requires_python: list[Line] = field(default_factory=list)
     seen: set[Path] = field(default_factory=set)
 
+    @property
+    def where(self) -> str:
+        """The request file, which names the files read here."""
+        return request_file(self.image_dir)
+
     def name(self, path: Path) -> str:
         return Path(os.path.relpath(path, self.image_dir.resolve())).as_posix()
 
@@ -123,8 +128,8 @@ def _read(
     deps = request.dependency_files
     uv_lock = None
     for rel in deps.files:
-        path = inside_repo(image_dir, rel, what="[packages] files entry")
-        _need_file(path, rel)
+        path = inside_repo(image_dir, rel, what="[packages] files entry", where=reader.where)
+        _need_file(path, rel, reader.where)
         kind = file_kind(rel)
         if kind == "pyproject":
             _pyproject(reader, path, deps.extras, deps.groups)
@@ -144,10 +149,10 @@ def _read(
     )
 
 
-def _need_file(path: Path, rel: str) -> None:
+def _need_file(path: Path, rel: str, where: str) -> None:
     if not path.is_file():
         raise RequestError(
-            f"[packages] files: {rel!r} ({path}) is not a file",
+            f"{where}: [packages] files: {rel!r} ({path}) is not a file",
             hint="name the project's pyproject.toml, requirements file or uv.lock, relative to "
             "the image folder",
             fields={"path": rel},
@@ -244,7 +249,7 @@ def _pyproject(reader: _Reader, path: Path, extras: Sequence[str], groups: Seque
     for extra in extras:
         _add_extra(reader, project, extra, set())
     for group in groups:
-        for text, origin in _group(data, group, rel, ()):
+        for text, origin in _group(data, group, rel, (), reader.where):
             _add_line(reader, project, text, origin, set())
 
 
@@ -277,7 +282,8 @@ def _add_extra(reader: _Reader, project: _Project, extra: str, expanding: set[st
     if key is None:
         known = ", ".join(sorted(table)) or "none"
         raise RequestError(
-            f"[packages] extras: {project.rel} has no extra {extra!r} (its extras: {known})",
+            f"{reader.where}: [packages] extras: {project.rel} has no extra {extra!r} (its "
+            f"extras: {known})",
             hint="name an extra of [project.optional-dependencies]",
             fields={"extra": extra, "path": project.rel},
         )
@@ -290,16 +296,18 @@ def _add_extra(reader: _Reader, project: _Project, extra: str, expanding: set[st
 
 
 def _group(
-    data: Mapping[str, Any], group: str, rel: str, stack: tuple[str, ...]
+    data: Mapping[str, Any], group: str, rel: str, stack: tuple[str, ...], where: str = ""
 ) -> list[tuple[str, str]]:
-    """PEP 735: a group's requirement strings, `{include-group = "x"}` followed."""
+    """PEP 735: a group's requirement strings, `{include-group = "x"}` followed. `where`: the
+    request file, for a group the request names (not one a group includes)."""
     groups = data.get("dependency-groups") or {}
     by_name = {canonicalize_name(k): k for k in groups}
     key = by_name.get(canonicalize_name(group))
     if key is None:
         known = ", ".join(sorted(groups)) or "none"
+        start = f"{where}: [packages] groups: " if where else f"{rel}: include-group: "
         raise RequestError(
-            f"[packages] groups: {rel} has no dependency group {group!r} (its groups: {known})",
+            f"{start}{rel} has no dependency group {group!r} (its groups: {known})",
             hint="name a group of [dependency-groups]",
             fields={"group": group, "path": rel},
         )
@@ -321,7 +329,7 @@ def _group(
 def _build_requirements(reader: _Reader, project: ProjectSettings) -> None:
     """The build backend of a project that is installed: `pip install --no-deps
     --no-build-isolation` takes it from the image, so it is locked like everything else."""
-    folder = inside_repo(reader.image_dir, project.path, what="[project] path")
+    folder = inside_repo(reader.image_dir, project.path, what="[project] path", where=reader.where)
     pyproject = folder / PYPROJECT
     rel = reader.name(pyproject)
     if pyproject.is_file():
@@ -336,8 +344,8 @@ def _build_requirements(reader: _Reader, project: ProjectSettings) -> None:
             return
     elif not (folder / "setup.py").is_file():
         raise RequestError(
-            f"[project] install = true, but {reader.name(folder)} has no pyproject.toml or "
-            "setup.py to install",
+            f"{reader.where}: [project] install = true, but {reader.name(folder)} has no "
+            "pyproject.toml or setup.py to install",
             hint="write install = false to copy the code without installing it, or point "
             "[project] path at the folder with the pyproject.toml",
             fields={"path": project.path},

@@ -102,9 +102,11 @@ class FileStore:
         ok = isinstance(entry, dict) and isinstance(entry.get("report_label"), str)
         return entry if ok else None
 
-    def record(self, image_id: str, entry: Mapping[str, Any]) -> None:
+    def record(self, image_id: str, entry: Mapping[str, Any]) -> Mapping[str, Any]:
         stamp = {"passed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        self._write(f"{self.key}/{image_id}", {**entry, **stamp, "where": self.where})
+        stored = {**entry, **stamp, "where": self.where}
+        self._write(f"{self.key}/{image_id}", stored)
+        return stored
 
     def find_built(self, context_key: str) -> Mapping[str, Any] | None:
         """The tagged image last built here from this context key and passed."""

@@ -84,13 +84,31 @@ def repo_root(image_dir: Path) -> Path:
     return start
 
 
-def inside_repo(image_dir: Path, relative: str, *, what: str) -> Path:
-    """`image_dir / relative`, resolved, refused (RequestError) when it leaves the repository."""
+def request_file(image_dir: Path) -> str:
+    """The request a project path comes from, as messages name it."""
+    return str(image_dir / "envbuild.toml")
+
+
+def inside_repo(image_dir: Path, relative: str, *, what: str, where: str = "") -> Path:
+    """`image_dir / relative`, resolved, refused (RequestError) when it leaves the repository
+    or cannot be looked at. `where` starts the message (the request file, when the path is a
+    request key)."""
+    start = f"{where}: " if where else ""
     root = repo_root(image_dir)
-    target = (image_dir / relative).resolve()
+    try:
+        target = (image_dir / relative).resolve()
+        target.stat()
+    except FileNotFoundError:
+        pass  # the caller says what is missing
+    except OSError as exc:
+        raise RequestError(
+            f"{start}{what} {relative[:200]!r} cannot be read ({exc.strerror})",
+            hint="name an existing path relative to the image folder",
+            fields={"path": relative[:200]},
+        ) from None
     if target != root and root not in target.parents:
         raise RequestError(
-            f"{what} {relative!r} is {target}, outside the repository {root}",
+            f"{start}{what} {relative!r} is {target}, outside the repository {root}",
             hint="keep the project inside the repository that holds the image folder (paths "
             "are relative to the image folder)",
             fields={"path": relative, "repository": str(root)},
@@ -229,10 +247,11 @@ def context_files(project: ProjectSettings | None, image_dir: Path) -> dict[str,
     (nothing without a project)."""
     if project is None:
         return {}
-    folder = inside_repo(image_dir, project.path, what="[project] path")
+    where = request_file(image_dir)
+    folder = inside_repo(image_dir, project.path, what="[project] path", where=where)
     if not folder.is_dir():
         raise RequestError(
-            f"[project] path {project.path!r} ({folder}) is not a folder",
+            f"{where}: [project] path {project.path!r} ({folder}) is not a folder",
             hint="name the folder that holds the project's code, relative to the image folder",
             fields={"path": project.path},
         )

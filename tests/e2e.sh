@@ -7,7 +7,7 @@
 # 127.0.0.1 (Debian's docker-registry) and serves the base from it. Then, on images/torch-slim:
 #   1. classic builder: image --allow-cpu          -> exit 0, tag with both labels
 #   2. the same without --allow-cpu                 -> exit 7, no tag, no container
-#   3. --smoke-timeout 1 --push REF                 -> exit 6, no tag, nothing pushed
+#   3. --smoke-timeout 1 --resmoke --push REF       -> exit 6, no tag, nothing pushed
 #   4. lock a copy whose base is the local registry's -> pinned = true, FROM ref@sha256:...,
 #      the digest recomputed here from the manifest bytes
 #   5. BuildKit (docker buildx, cache mounts, --cache-to inline) on the pinned lock,
@@ -200,8 +200,9 @@ set -e
 expect_untagged_and_clean "$TAG_NOGPU"
 
 say "3. --smoke-timeout 1 must kill the smoke container, tag nothing and push nothing"
+# --resmoke: this image id passed in step 1, which would otherwise stand for this run.
 set +e
-run "$ENVBUILD" image "${common[@]}" --allow-cpu --smoke-timeout 1 --tag "$TAG_TIMEOUT" \
+run "$ENVBUILD" image "${common[@]}" --allow-cpu --smoke-timeout 1 --resmoke --tag "$TAG_TIMEOUT" \
     --push "$REG/envbuild-e2e/torch-slim:timeout"
 code=$?
 set -e

@@ -150,7 +150,7 @@ def _print_failure(err: SmokeFailed) -> None:
             (4, "engine"),
             (5, "build step failed"),
             (6, "smoke test failed"),
-            (7, "GPU image but no GPU runtime (pass --allow-cpu)"),
+            (7, "GPU image but no way to attach a GPU (envbuild doctor; or --allow-cpu)"),
             (8, "passed and tagged, but the registry refused the push"),
         ],
     ),

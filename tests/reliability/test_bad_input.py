@@ -131,7 +131,8 @@ KEYS = [(t, k, kind) for t, keys in SCHEMA.items() for k, kind in keys.items()]
 def wrong_type(draw: st.DrawFn) -> tuple[str, str, Any]:
     table, key, kind = draw(st.sampled_from(KEYS))
     # A boolean is not an integer here even though Python's bool is an int subclass.
-    wrong = [k for k in _SCALARS if k != kind]
+    # "string or array of strings" ([project] command, [smoke] command) takes both.
+    wrong = [k for k in _SCALARS if k not in kind.split(" or ")]
     value = draw(_SCALARS[draw(st.sampled_from(wrong))])
     if kind == "array of strings" and value == []:
         value = [1]  # an empty array has no element of the wrong type
@@ -191,6 +192,7 @@ _HUGE: dict[str, st.SearchStrategy[Any]] = {
     "integer": st.sampled_from([2**63 - 1, -(2**63), 0, -1, 10**18]),
     "boolean": st.booleans(),
     "array of strings": st.sampled_from([["numpy"] * 5000, [f"p{i}" for i in range(600)]]),
+    "string or array of strings": st.sampled_from(["x" * 100_000, ["python"] * 5000]),
 }
 
 

@@ -113,3 +113,50 @@ def test_every_help_shows_an_example_and_the_exit_codes(argv: list[str]) -> None
     examples = result.output.split("Examples:\n", 1)[1]
     assert examples.startswith(f"    envbuild {argv[0]}") or "envbuild" in examples.splitlines()[0]
     assert "Exit codes:\n    0  " in result.output
+
+
+def test_help_imports_no_envbuild_module_it_does_not_run() -> None:
+    # `--help` prints the command table: the error classes, JSON and difflib are not needed.
+    code = (
+        "import sys; sys.argv=['envbuild','--help']\n"
+        "from envbuild.cli import main\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass"
+    )
+    loaded = _modules_after(code)
+    assert {m for m in loaded if m.startswith("envbuild")} == {
+        "envbuild",
+        "envbuild.cli",
+        "envbuild.commands",
+        "envbuild.commands.lazy",
+    }
+    assert not {"envbuild.errors", "json", "difflib", "dataclasses"} & loaded
+
+
+def test_resolve_imports_only_what_resolving_uses() -> None:
+    root = Path(__file__).resolve().parents[2]
+    argv = ["resolve", "--json", "--gpu", "H100", "--gpu", "L4", "--driver", "570.124.06"]
+    code = (
+        f"import os, sys; os.chdir({str(root)!r}); sys.argv=['envbuild', *{argv!r}]\n"
+        "from envbuild.cli import main\n"
+        "try:\n    main()\nexcept SystemExit as e:\n    assert e.code in (0, None), e.code"
+    )
+    _modules_after(code)  # fills the user cache (compiled matrix), as a first run does
+    loaded = _modules_after(code)
+    assert "envbuild.resolver" in loaded  # the command really ran
+    assert "envbuild.matrix.parse" not in loaded  # the compiled matrix was read
+    unused = {
+        "envbuild.hostinfo",  # only --host / --hosts
+        "envbuild.render",
+        "envbuild.lockfile",
+        "envbuild.smoke",
+        "envbuild.gpu_attach",
+        "envbuild.fsio",
+        "http.client",
+        "ssl",
+        "subprocess",
+        "tempfile",
+        "hashlib",
+        "packaging.tags",
+        "logging",
+    }
+    assert sorted(unused & loaded) == []

@@ -130,7 +130,8 @@ def test_pyproject_unknown_extra_and_dynamic_dependencies(
     with pytest.raises(RequestError) as info:
         lock_use_case.lock_image(image)
     assert info.value.message == (
-        "[packages] extras: pyproject.toml has no extra 'gpu' (its extras: all, viz)"
+        f"{image / 'envbuild.toml'}: [packages] extras: pyproject.toml has no extra 'gpu' (its "
+        "extras: all, viz)"
     )
     (image / "pyproject.toml").write_text('[project]\nname = "x"\ndynamic = ["dependencies"]\n')
     with pytest.raises(RequestError) as info:
@@ -245,7 +246,7 @@ def test_files_outside_the_repository_are_refused(
     with pytest.raises(RequestError) as info:
         lock_use_case.lock_image(image)
     assert info.value.message == (
-        f"[packages] files entry '../../../requirements.txt' is "
+        f"{image / 'envbuild.toml'}: [packages] files entry '../../../requirements.txt' is "
         f"{(tmp_path.parent / 'requirements.txt').resolve()}, outside the repository "
         f"{tmp_path.resolve()}"
     )
@@ -386,7 +387,8 @@ def test_installed_project_locks_its_build_backend(
     with pytest.raises(RequestError) as info:
         lock_use_case.lock_image(image)
     assert info.value.message == (
-        "[project] install = true, but src has no pyproject.toml or setup.py to install"
+        f"{image / 'envbuild.toml'}: [project] install = true, but src has no pyproject.toml "
+        "or setup.py to install"
     )
     (src / "setup.py").write_text("from setuptools import setup\nsetup()\n")
     lock_use_case.lock_image(image)

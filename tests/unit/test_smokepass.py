@@ -144,3 +144,33 @@ def test_the_output_says_when_and_where_it_passed(capsys: pytest.CaptureFixture[
         "  smoke:  passed on cpu at 2026-12-01T16:00:00Z (host a, Docker); this image id was "
         "not tested again (--resmoke runs it) (build 0 s)\n"
     ) in out
+
+
+def test_an_unchanged_context_is_neither_built_nor_tested(tmp_path: Path) -> None:
+    engine = CachingEngine(run_result=OK_RUN)
+    job = make_job(context_key="k1")
+    seen, progress = lines()
+    first = build_and_verify(engine, job, judge=passing, progress=progress, passes=_store(tmp_path))
+    again = build_and_verify(engine, job, judge=passing, progress=progress, passes=_store(tmp_path))
+    assert (engine.names().count("build"), engine.names().count("run")) == (1, 1)
+    doc = again.to_json()
+    assert doc["unchanged"] is True and first.to_json()["unchanged"] is False
+    assert doc["image_id"] == first.image_id and doc["candidate_id"] == first.candidate_id
+    assert doc["smoke_reused"]["where"] == "host host-a, fake engine"
+    assert any(" is up to date: built from the same context" in line for line in seen)
+    # Another context key, or the tag gone: built again (the pass of the id is still reused).
+    build_and_verify(
+        engine,
+        make_job(context_key="k2"),
+        judge=passing,
+        progress=progress,
+        passes=_store(tmp_path),
+    )
+    engine.tags.clear()
+    build_and_verify(engine, job, judge=passing, progress=progress, passes=_store(tmp_path))
+    assert (engine.names().count("build"), engine.names().count("run")) == (3, 1)
+    # --resmoke: built and tested.
+    build_and_verify(
+        engine, job, judge=passing, progress=progress, passes=_store(tmp_path, reuse=False)
+    )
+    assert (engine.names().count("build"), engine.names().count("run")) == (4, 2)
