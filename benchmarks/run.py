@@ -1283,6 +1283,14 @@ def report_only() -> None:
     _write_atomic(ROOT / "benchmarks" / "RESULTS.md", write_report(data))
 
 
+def _guarded(title: str, measure: Callable[[], Section]) -> Section:
+    """A section, or its failure in the report: the other sections are still measured."""
+    try:
+        return measure()
+    except Exception as err:
+        return {"title": title, "rows": [], "error": f"{type(err).__name__}: {err}"}
+
+
 def main() -> None:
     if "--report-only" in sys.argv[1:]:
         report_only()
@@ -1304,10 +1312,10 @@ def main() -> None:
     }
     if "cli" not in skip:
         _log("cli start")
-        data["cli_start"] = bench_cli_start(repeat)
+        data["cli_start"] = _guarded("1. CLI start", lambda: bench_cli_start(repeat))
     if "resolve" not in skip:
         _log("resolve")
-        data["resolve"] = bench_resolve(repeat)
+        data["resolve"] = _guarded("2. Resolve", lambda: bench_resolve(repeat))
     if "lock" not in skip:
         data["lock"] = bench_lock(repeat, cold_repeat, examples)
     if "build" not in skip:

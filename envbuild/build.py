@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from envbuild.buildlog import compile_failure, pip_hash_mismatch_message
-from envbuild.engine import ContainerEngine, ProgressFn, RunResult, RunSpec
+from envbuild.engine import BuildResult, ContainerEngine, ProgressFn, RunResult, RunSpec
 from envbuild.errors import (
     BuildError,
     EngineError,
@@ -334,13 +334,7 @@ def build_and_verify(
         )
         return _outcome_of(job, unchanged, build_s=0.0, tag_s=0.0, unchanged=True)
     attach = preflight(engine, job)
-    labels = {LOCK_LABEL: job.lock_text, LOCK_SHA_LABEL: job.lock_sha256, **job.extra_labels}
-    started = time.monotonic()
-    try:
-        built = engine.build(context=job.context, labels=labels, progress=progress)
-    except BuildError as err:
-        raise _explain_hash_mismatch(err, job) from None
-    build_s = round(time.monotonic() - started, 3)
+    built, build_s = _build(engine, job, progress)
     candidate = built.image_id
     earlier = passes.find(candidate) if passes is not None else None
     if earlier is not None:
@@ -356,16 +350,7 @@ def build_and_verify(
         f"candidate {candidate} built in {build_s:.0f} s by {built.builder or engine.name}; "
         "running the smoke test"
     )
-    spec = RunSpec(
-        image=candidate,
-        command=payload_command(allow_cpu=job.allow_cpu),
-        gpus=attach is not None,
-        gpu_attach=attach,
-        shm_size=f"{job.shm_mib}m",
-        timeout_s=job.timeout_s,
-        environment=passthrough_environment(os.environ),
-        labels={ROLE_LABEL: "smoke", LOCK_SHA_LABEL: job.lock_sha256},
-    )
+    spec = _smoke_spec(job, candidate, attach)
     try:
         result = engine.run(spec)
         judgement = _passed(job, result, judge, candidate)
@@ -404,6 +389,33 @@ def build_and_verify(
     )
     _record_built(passes, job, outcome, stored)
     return outcome
+
+
+def _build(
+    engine: ContainerEngine, job: ImageJob, progress: ProgressFn
+) -> tuple[BuildResult, float]:
+    """The untagged candidate, labelled with its lock, and the seconds the build took."""
+    labels = {LOCK_LABEL: job.lock_text, LOCK_SHA_LABEL: job.lock_sha256, **job.extra_labels}
+    started = time.monotonic()
+    try:
+        built = engine.build(context=job.context, labels=labels, progress=progress)
+    except BuildError as err:
+        raise _explain_hash_mismatch(err, job) from None
+    return built, round(time.monotonic() - started, 3)
+
+
+def _smoke_spec(job: ImageJob, candidate: str, attach: Attachment | None) -> RunSpec:
+    """The smoke container: the payload in the candidate, with the job's GPUs and limits."""
+    return RunSpec(
+        image=candidate,
+        command=payload_command(allow_cpu=job.allow_cpu),
+        gpus=attach is not None,
+        gpu_attach=attach,
+        shm_size=f"{job.shm_mib}m",
+        timeout_s=job.timeout_s,
+        environment=passthrough_environment(os.environ),
+        labels={ROLE_LABEL: "smoke", LOCK_SHA_LABEL: job.lock_sha256},
+    )
 
 
 def _unchanged(

@@ -22,13 +22,9 @@ an sdist says about itself.
 
 from __future__ import annotations
 
-import io
 import re
-import tarfile
-import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
-from email.parser import HeaderParser
 
 from envbuild.archs import parse_arch, sort_archs
 from envbuild.cudawheels import TOOLKIT_WHEEL
@@ -130,6 +126,11 @@ _MAX_MEMBER = 4 * 1024 * 1024  # PKG-INFO and pyproject.toml are kilobytes
 
 def _members(data: bytes, filename: str) -> dict[str, bytes]:
     """The top-level PKG-INFO and pyproject.toml of a .tar.gz or .zip sdist."""
+    # Imported here: the resolver imports this module (wheels_have_nvcc) on every resolve.
+    import io
+    import tarfile
+    import zipfile
+
     wanted = ("PKG-INFO", "pyproject.toml")
     out: dict[str, bytes] = {}
     if filename.endswith(".zip"):
@@ -153,6 +154,8 @@ def _members(data: bytes, filename: str) -> dict[str, bytes]:
 def sdist_metadata(data: bytes, filename: str) -> SdistMetadata:
     """The dependencies and build requirements of an sdist (its bytes); ValueError when it
     holds neither PKG-INFO nor pyproject.toml."""
+    from email.parser import HeaderParser
+
     from envbuild.request import toml_loads
 
     members = _members(data, filename)

@@ -18,7 +18,14 @@ from typing import Any
 
 from envbuild.errors import UserError
 from envbuild.models import DependencyFiles, ProjectSettings, Request
-from envbuild.request import RequestOrigin, _bool, _fail, _str, _str_list, _type_name
+from envbuild.request_fields import (
+    RequestOrigin,
+    fail,
+    read_bool,
+    read_str,
+    read_str_list,
+    type_name,
+)
 
 PYPROJECT = "pyproject.toml"
 UV_LOCK = "uv.lock"
@@ -42,7 +49,7 @@ def file_kind(path: str) -> str | None:
 def _relative_path(path: str, table: str, key: str, value: str) -> str:
     """A relative POSIX path, as written (the folder it leaves is checked when read)."""
     if value.startswith(("/", "~")) or re.match(r"^[A-Za-z]:", value) or "://" in value:
-        raise _fail(
+        raise fail(
             path,
             table,
             key,
@@ -55,13 +62,13 @@ def _relative_path(path: str, table: str, key: str, value: str) -> str:
 
 def dependency_files(pk: Mapping[str, Any], path: str) -> DependencyFiles:
     """[packages] files, extras, groups."""
-    files = _str_list(path, "packages", "files", pk["files"]) if "files" in pk else ()
+    files = read_str_list(path, "packages", "files", pk["files"]) if "files" in pk else ()
     kinds: dict[str, list[str]] = {}
     for item in files:
         _relative_path(path, "packages", "files", item)
         kind = file_kind(item)
         if kind is None:
-            raise _fail(
+            raise fail(
                 path,
                 "packages",
                 "files",
@@ -71,7 +78,7 @@ def dependency_files(pk: Mapping[str, Any], path: str) -> DependencyFiles:
         kinds.setdefault(kind, []).append(item)
     for kind in ("pyproject", "uv.lock"):
         if len(kinds.get(kind, [])) > 1:
-            raise _fail(
+            raise fail(
                 path,
                 "packages",
                 "files",
@@ -79,7 +86,7 @@ def dependency_files(pk: Mapping[str, Any], path: str) -> DependencyFiles:
                 "lock one project per image: name one of them",
             )
     if kinds.get("pyproject") and kinds.get("uv.lock"):
-        raise _fail(
+        raise fail(
             path,
             "packages",
             "files",
@@ -91,7 +98,7 @@ def dependency_files(pk: Mapping[str, Any], path: str) -> DependencyFiles:
     groups = _names(pk, path, "groups")
     if (extras or groups) and not (kinds.get("pyproject") or kinds.get("uv.lock")):
         key = "extras" if extras else "groups"
-        raise _fail(
+        raise fail(
             path,
             "packages",
             key,
@@ -102,10 +109,10 @@ def dependency_files(pk: Mapping[str, Any], path: str) -> DependencyFiles:
 
 
 def _names(pk: Mapping[str, Any], path: str, key: str) -> tuple[str, ...]:
-    names = _str_list(path, "packages", key, pk[key]) if key in pk else ()
+    names = read_str_list(path, "packages", key, pk[key]) if key in pk else ()
     for name in names:
         if not _EXTRA_RE.match(name):
-            raise _fail(
+            raise fail(
                 path,
                 "packages",
                 key,
@@ -113,7 +120,7 @@ def _names(pk: Mapping[str, Any], path: str, key: str) -> tuple[str, ...]:
                 'write the name as the pyproject.toml spells it, for example "train"',
             )
     if len({_normal(n) for n in names}) != len(names):
-        raise _fail(path, "packages", key, "names the same one twice", "list each once")
+        raise fail(path, "packages", key, "names the same one twice", "list each once")
     return names
 
 
@@ -126,19 +133,19 @@ def command_value(path: str, table: str, key: str, value: Any) -> tuple[str, ...
     """A command: a string split at spaces ("python -m train --steps 5") or an array of
     arguments; run without a shell."""
     if isinstance(value, str):
-        args = tuple(_str(path, table, key, value).split())
+        args = tuple(read_str(path, table, key, value).split())
     elif isinstance(value, list):
-        args = _str_list(path, table, key, value)
+        args = read_str_list(path, table, key, value)
     else:
-        raise _fail(
+        raise fail(
             path,
             table,
             key,
-            f"expected a string or an array of strings, got {_type_name(value)} {value!r}",
+            f"expected a string or an array of strings, got {type_name(value)} {value!r}",
             f'write {key} = "python -m train --steps 5" or {key} = ["python", "-m", "train"]',
         )
     if not args:
-        raise _fail(path, table, key, "is empty", f"remove {key} or give it a command")
+        raise fail(path, table, key, "is empty", f"remove {key} or give it a command")
     return args
 
 
@@ -146,12 +153,12 @@ def project_table(pj: Mapping[str, Any] | None, path: str) -> ProjectSettings | 
     """[project]: None when the table is absent."""
     if pj is None:
         return None
-    source = _str(path, "project", "path", pj["path"]) if "path" in pj else "."
+    source = read_str(path, "project", "path", pj["path"]) if "path" in pj else "."
     _relative_path(path, "project", "path", source)
-    ignore = _str_list(path, "project", "ignore", pj["ignore"]) if "ignore" in pj else ()
+    ignore = read_str_list(path, "project", "ignore", pj["ignore"]) if "ignore" in pj else ()
     return ProjectSettings(
         path=source,
-        install=_bool(path, "project", "install", pj.get("install", True)),
+        install=read_bool(path, "project", "install", pj.get("install", True)),
         command=command_value(path, "project", "command", pj["command"]) if "command" in pj else (),
         ignore=ignore,
     )

@@ -225,9 +225,11 @@ def peer_compile_command(
     first; local find-links come from the request, resolved against `image_dir` as the lock
     step does). Only the output differs: requirements.txt with hashes, no preferences. Used by
     benchmarks/run.py as the peer envbuild's lock is measured against; run argv in a folder
-    holding requirements.in."""
+    holding requirements.in. The installer the lock pins (`Lock.installer`) is asked for in
+    the same resolution, as `envbuild lock` asks for it."""
+    installer = tuple(p.name for p in lock.installer)
     req = PinRequest(
-        requirements=(lock.stack.framework.requirement, *request.packages),
+        requirements=(lock.stack.framework.requirement, *request.packages, *installer),
         python=lock.stack.python,
         platform=lock.platform,
         index_url=lock.indexes.index_url,

@@ -13,7 +13,6 @@ import dataclasses
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,10 +33,23 @@ from envbuild.models import (
     SmokeSettings,
     Targets,
 )
+from envbuild.request_fields import (
+    FLAGS,
+    RequestOrigin,
+    fail,
+    read_bool,
+    read_int,
+    read_requirement,
+    read_str,
+    read_str_list,
+    read_url,
+    type_name,
+    without_credentials,
+)
 from envbuild.versions import driver_problem, parse_specifier, parse_version
 
 if TYPE_CHECKING:
-    from packaging.requirements import Requirement
+    pass
 
 REQUEST_FILE = "envbuild.toml"
 
@@ -85,231 +97,12 @@ COMPAT = COMPAT_POLICIES
 # Docker repository path component rules (distribution/reference grammar), lower case.
 _NAME_RE = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*$")
 _NAME_MAX = 128  # render's limit for the image name (a Docker repository path component)
-# Quotes, backslashes, backticks, '$' and control characters break Dockerfile/shell quoting.
-# C0/C1 controls and Unicode line/paragraph separators too: each breaks a line somewhere.
-_BAD_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\"'`\\$]")
-_LONG_QUOTED = re.compile(r"'[^']{120,}'")
-_PLAIN_KEY = re.compile(r"^[A-Za-z0-9_.-]+$")
-_URL_SCHEMES = ("https://", "http://", "file://")
 # PEP 508 name, optional [extras], optional version specifier; no URL, no marker. Parsed here
 # rather than with packaging.requirements, whose import (markers, tags) alone costs ~25 ms.
 _FRAMEWORK_RE = re.compile(
     r"^\s*(?P<name>[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)\s*"
     r"(?:\[(?P<extras>[^\]]*)\])?\s*(?P<spec>[^;@]*?)\s*$"
 )
-
-
-def _where(path: str, table: str, key: str | None = None) -> str:
-    # An unknown key can be any string: quote it unless it is a plain TOML bare key.
-    shown = key if key is None or _PLAIN_KEY.match(key) else repr(key)
-    return f"{path}: [{table}]" + (f" {shown}" if key else "")
-
-
-def _shorten(problem: str) -> str:
-    """A 100 kB value is named by its start and length, not echoed whole (tests/reliability)."""
-    return _LONG_QUOTED.sub(
-        lambda m: f"{m.group()[:60]}...' ({len(m.group()) - 2} characters)", problem
-    )
-
-
-def _fail(path: str, table: str, key: str | None, problem: str, instead: str) -> RequestError:
-    loc = _where(path, table, key)
-    return RequestError(
-        f"{loc}: {_shorten(problem)}",
-        hint=instead,
-        fields={"file": path, "table": table, "key": key or ""},
-    )
-
-
-def _check_text(path: str, table: str, key: str, value: str) -> str:
-    bad = _BAD_CHARS.search(value)
-    if bad:
-        raise _fail(
-            path,
-            table,
-            key,
-            f"{value!r} contains {bad.group()!r}",
-            "write it without quotes, backslashes, '$', backticks, newlines or control "
-            "characters (they would end up inside Dockerfile and shell text)",
-        )
-    if value != value.strip():
-        raise _fail(
-            path,
-            table,
-            key,
-            f"{value!r} has leading or trailing spaces",
-            f"write {value.strip()!r}",
-        )
-    return value
-
-
-def _str(path: str, table: str, key: str, value: Any, *, empty_ok: bool = False) -> str:
-    if not isinstance(value, str):
-        raise _fail(
-            path,
-            table,
-            key,
-            f"expected a string, got {_type_name(value)} {value!r}",
-            f'write {key} = "..." (quoted)',
-        )
-    if not value and not empty_ok:
-        raise _fail(path, table, key, "is empty", f"remove {key} or give it a value")
-    return _check_text(path, table, key, value)
-
-
-def _str_list(path: str, table: str, key: str, value: Any) -> tuple[str, ...]:
-    if not isinstance(value, list):
-        raise _fail(
-            path,
-            table,
-            key,
-            f"expected an array of strings, got {_type_name(value)} {value!r}",
-            f'write {key} = ["...", "..."]',
-        )
-    out = []
-    for item in value:
-        out.append(_str(path, table, key, item))
-    return tuple(out)
-
-
-def _int(path: str, table: str, key: str, value: Any, *, minimum: int, maximum: int) -> int:
-    # bool is an int in Python; `tier = true` is a mistake, not 1.
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _fail(
-            path,
-            table,
-            key,
-            f"expected an integer, got {_type_name(value)} {value!r}",
-            f"write {key} = <a whole number from {minimum} to {maximum}> (no quotes)",
-        )
-    if not minimum <= value <= maximum:
-        raise _fail(
-            path,
-            table,
-            key,
-            f"{value} is out of range",
-            f"write a whole number from {minimum} to {maximum}",
-        )
-    return value
-
-
-def _bool(path: str, table: str, key: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise _fail(
-            path,
-            table,
-            key,
-            f"expected true or false, got {_type_name(value)} {value!r}",
-            f"write {key} = true or {key} = false (no quotes)",
-        )
-    return value
-
-
-def _type_name(value: Any) -> str:
-    return {
-        bool: "a boolean",
-        int: "an integer",
-        float: "a float",
-        str: "a string",
-        list: "an array",
-        dict: "a table",
-    }.get(type(value), type(value).__name__)
-
-
-def without_credentials(url: str) -> str:
-    """URL without its userinfo (`https://user:token@host/x` -> `https://host/x`)."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    parts = urlsplit(url)
-    if "@" not in parts.netloc:
-        return url
-    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
-
-
-def _url(path: str, table: str, key: str, value: str, *, paths_ok: bool) -> str:
-    if value.startswith(_URL_SCHEMES):
-        value = without_credentials(value)
-        if value.startswith(("http://", "https://")):
-            # The same allow-list render applies: what lock accepts, render renders.
-            from envbuild.render import check_url
-
-            hint = (
-                "write the URL with only letters, digits and . - _ ~ : / % + = , (no "
-                "credentials, query, fragment, quotes, spaces or shell characters)"
-            )
-            try:
-                check_url(value, "the URL", hint)
-            except UserError as exc:
-                raise _fail(path, table, key, exc.message, exc.hint) from None
-        return value
-    if "://" in value or (not paths_ok and ":" in value):
-        raise _fail(
-            path,
-            table,
-            key,
-            f"{value!r} is not an http(s):// or file:// URL",
-            "write an https:// index URL (or file:// for a local folder)",
-        )
-    if not paths_ok:
-        raise _fail(
-            path,
-            table,
-            key,
-            f"{value!r} is not a URL",
-            "write an https:// index URL such as https://pypi.org/simple",
-        )
-    return value  # a path, relative to the image folder
-
-
-def _requirement(path: str, table: str, key: str, text: str) -> Requirement:
-    # Imported here: its import (markers, tags) costs ~25 ms that `resolve` does not need.
-    from packaging.requirements import InvalidRequirement, Requirement
-
-    try:
-        req = Requirement(text)
-    except InvalidRequirement as exc:
-        raise _fail(
-            path,
-            table,
-            key,
-            # packaging adds a caret diagram on more lines: the first line is the reason
-            f"{text!r} is not a valid requirement ({str(exc).splitlines()[0]})",
-            'write a PEP 508 requirement such as "numpy<3" or "transformers>=4.40,<5"',
-        ) from None
-    if req.url is not None and not req.url.startswith(_URL_SCHEMES):
-        raise _fail(
-            path,
-            table,
-            key,
-            f"{text!r} points at {req.url!r}, which is not an http(s):// or file:// URL",
-            "use an https:// or file:// URL to a wheel, or a plain name with a version range",
-        )
-    if req.url is not None and without_credentials(req.url) != req.url:
-        raise _fail(
-            path,
-            table,
-            key,
-            f"the URL of {req.name} carries credentials",
-            "remove them from the URL; uv and pip take them from ~/.netrc (NETRC) or a keyring",
-        )
-    if req.url is not None and req.url.startswith(("http://", "https://")):
-        # The build installs it from this URL: the same allow-list render applies.
-        from envbuild.render import check_url
-
-        hint = "use a plain https:// URL to the wheel (no query, fragment or shell characters)"
-        try:
-            check_url(req.url, f"the URL of {req.name}", hint)
-        except UserError as exc:
-            raise _fail(path, table, key, exc.message, exc.hint) from None
-    if req.marker is not None:
-        raise _fail(
-            path,
-            table,
-            key,
-            f"{text!r} has an environment marker",
-            "drop the marker: the lock is for one platform already ([image] platform, python)",
-        )
-    return req
 
 
 def parse_request(data: bytes, *, path: str, default_name: str = "") -> Request:
@@ -388,7 +181,7 @@ def _check_tables(doc: Mapping[str, Any], path: str) -> None:
             )
         if not isinstance(body, dict):
             raise RequestError(
-                f"{path}: {table!r} must be a table, got {_type_name(body)}",
+                f"{path}: {table!r} must be a table, got {type_name(body)}",
                 hint=f"write [{table}] on its own line and its keys below it",
                 fields={"file": path, "table": table},
             )
@@ -396,7 +189,7 @@ def _check_tables(doc: Mapping[str, Any], path: str) -> None:
             if key not in SCHEMA[table]:
                 close = _close_matches(key, SCHEMA[table], n=1)
                 maybe = f"did you mean {close[0]!r}? " if close else ""
-                raise _fail(
+                raise fail(
                     path,
                     table,
                     key,
@@ -407,9 +200,9 @@ def _check_tables(doc: Mapping[str, Any], path: str) -> None:
 
 def _image_table(image: Mapping[str, Any], path: str, default_name: str) -> dict[str, Any]:
     """[image] as Request keyword arguments (types and the image name; the rest: check_request)."""
-    name = _str(path, "image", "name", image["name"]) if "name" in image else default_name
+    name = read_str(path, "image", "name", image["name"]) if "name" in image else default_name
     if not _NAME_RE.match(name) or len(name) > _NAME_MAX:
-        raise _fail(
+        raise fail(
             path,
             "image",
             "name",
@@ -420,7 +213,7 @@ def _image_table(image: Mapping[str, Any], path: str, default_name: str) -> dict
         )
 
     def text(key: str, default: str | None) -> str | None:
-        return _str(path, "image", key, image[key]) if key in image else default
+        return read_str(path, "image", key, image[key]) if key in image else default
 
     return {
         "name": name,
@@ -429,7 +222,7 @@ def _image_table(image: Mapping[str, Any], path: str, default_name: str) -> dict
         "flavour": text("flavour", "auto"),
         "device": text("device", "cuda"),
         "platform": text("platform", "x86_64"),
-        "compile_extensions": _bool(
+        "compile_extensions": read_bool(
             path, "image", "compile_extensions", image.get("compile_extensions", False)
         ),
         "base": _base_ref(path, text("base", None)),
@@ -446,7 +239,7 @@ _REF_RE = re.compile(
 def _base_ref(path: str, ref: str | None) -> str | None:
     """[image] base: an image reference the engine can pull or has."""
     if ref is not None and not _REF_RE.match(ref):
-        raise _fail(
+        raise fail(
             path,
             "image",
             "base",
@@ -459,23 +252,23 @@ def _base_ref(path: str, ref: str | None) -> str | None:
 def _framework_table(fw: Mapping[str, Any], path: str) -> tuple[str, str | None]:
     """[framework]: (requirement, cuda range or None)."""
     if "requirement" not in fw:
-        raise _fail(
+        raise fail(
             path,
             "framework",
             "requirement",
             "is missing",
             'add [framework] requirement = "torch" (or "jax", "tensorflow", with a range)',
         )
-    fw_text = _str(path, "framework", "requirement", fw["requirement"])
-    if _requirement(path, "framework", "requirement", fw_text).url is not None:
-        raise _fail(
+    fw_text = read_str(path, "framework", "requirement", fw["requirement"])
+    if read_requirement(path, "framework", "requirement", fw_text).url is not None:
+        raise fail(
             path,
             "framework",
             "requirement",
             "a direct URL cannot be resolved against the matrix",
             'write a name and a range, for example "torch>=2.7,<2.11"',
         )
-    cuda = _str(path, "framework", "cuda", fw["cuda"]) if "cuda" in fw else None
+    cuda = read_str(path, "framework", "cuda", fw["cuda"]) if "cuda" in fw else None
     return fw_text, cuda
 
 
@@ -486,13 +279,13 @@ def _packages_table(pk: Mapping[str, Any], path: str, framework: str) -> tuple[s
     # packaging.utils imports packaging.tags (logging, sysconfig): only files need it.
     from packaging.utils import canonicalize_name
 
-    packages = _str_list(path, "packages", "requirements", pk["requirements"])
+    packages = read_str_list(path, "packages", "requirements", pk["requirements"])
     seen: dict[str, str] = {}
-    fw_name = canonicalize_name(_requirement(path, "framework", "requirement", framework).name)
+    fw_name = canonicalize_name(read_requirement(path, "framework", "requirement", framework).name)
     for item in packages:
-        norm = canonicalize_name(_requirement(path, "packages", "requirements", item).name)
+        norm = canonicalize_name(read_requirement(path, "packages", "requirements", item).name)
         if norm == fw_name:
-            raise _fail(
+            raise fail(
                 path,
                 "packages",
                 "requirements",
@@ -500,7 +293,7 @@ def _packages_table(pk: Mapping[str, Any], path: str, framework: str) -> tuple[s
                 "put the framework's range in [framework] requirement only",
             )
         if norm in seen:
-            raise _fail(
+            raise fail(
                 path,
                 "packages",
                 "requirements",
@@ -513,9 +306,9 @@ def _packages_table(pk: Mapping[str, Any], path: str, framework: str) -> tuple[s
 
 def _targets_table(tg: Mapping[str, Any], path: str) -> dict[str, Any]:
     """[targets] as Request keyword arguments: targets and compat."""
-    gpus = _str_list(path, "targets", "gpus", tg["gpus"]) if "gpus" in tg else ()
-    driver = _str(path, "targets", "driver", tg["driver"]) if "driver" in tg else None
-    compat = _str(path, "targets", "compat", tg["compat"]) if "compat" in tg else "minor"
+    gpus = read_str_list(path, "targets", "gpus", tg["gpus"]) if "gpus" in tg else ()
+    driver = read_str(path, "targets", "driver", tg["driver"]) if "driver" in tg else None
+    compat = read_str(path, "targets", "compat", tg["compat"]) if "compat" in tg else "minor"
     return {"targets": Targets(gpus=gpus, driver=driver), "compat": compat}
 
 
@@ -523,17 +316,17 @@ def _indexes_table(ix: Mapping[str, Any], path: str) -> Indexes:
     """[indexes]: index URLs must be URLs; find_links may also be folders."""
 
     def urls(key: str, *, paths_ok: bool) -> tuple[str, ...]:
-        values = _str_list(path, "indexes", key, ix[key]) if key in ix else ()
-        return tuple(_url(path, "indexes", key, u, paths_ok=paths_ok) for u in values)
+        values = read_str_list(path, "indexes", key, ix[key]) if key in ix else ()
+        return tuple(read_url(path, "indexes", key, u, paths_ok=paths_ok) for u in values)
 
     index_url = None
     if "index_url" in ix:
-        text = _str(path, "indexes", "index_url", ix["index_url"])
-        index_url = _url(path, "indexes", "index_url", text, paths_ok=False)
+        text = read_str(path, "indexes", "index_url", ix["index_url"])
+        index_url = read_url(path, "indexes", "index_url", text, paths_ok=False)
     extra = urls("extra_index_urls", paths_ok=False)
     find_links = urls("find_links", paths_ok=True)
     # Credentials in a URL would reach the committed lock, uv's command line and every message:
-    # they were dropped above (`_url`), and `lock` says how uv takes them instead.
+    # they were dropped above (`read_url`), and `lock` says how uv takes them instead.
     raw = {"index_url": [ix.get("index_url")]}
     raw.update({k: list(ix.get(k, [])) for k in ("extra_index_urls", "find_links")})
     with_credentials = tuple(
@@ -561,7 +354,7 @@ _SMOKE_RANGES = {
 def _smoke_table(sm: Mapping[str, Any], path: str) -> SmokeSettings:
     defaults = dataclasses.asdict(SmokeSettings())
     values: dict[str, Any] = {
-        key: _int(path, "smoke", key, sm.get(key, defaults[key]), minimum=low, maximum=high)
+        key: read_int(path, "smoke", key, sm.get(key, defaults[key]), minimum=low, maximum=high)
         for key, (low, high) in _SMOKE_RANGES.items()
     }
     if "command" in sm:
@@ -572,34 +365,6 @@ def _smoke_table(sm: Mapping[str, Any], path: str) -> SmokeSettings:
 
 
 # --- the one validator: envbuild.toml and `resolve` flags -----------------------------------------
-
-
-@dataclass(frozen=True)
-class RequestOrigin:
-    """Where a request was written, so that a message names what to change: an
-    `envbuild.toml` (path: "[image] python") or `resolve`'s flags (no path: "--python")."""
-
-    path: str | None = None
-
-    def fail(
-        self,
-        table: str,
-        key: str,
-        problem: str,
-        *,
-        toml: str,
-        flags: str,
-        flag_problem: str | None = None,
-    ) -> UserError:
-        """The error for one broken rule: the problem (`flag_problem` where flags word it
-        differently) and what to write instead in the file (`toml`) or on the command line."""
-        if self.path is None:
-            return UserError(flag_problem or problem, hint=flags)
-        return _fail(self.path, table, key, problem, toml)
-
-
-FLAGS = RequestOrigin()
-"""`envbuild resolve`'s flags (and requests built in code)."""
 
 
 def check_request(request: Request, origin: RequestOrigin = FLAGS) -> Request:

@@ -47,6 +47,7 @@ from envbuild.lockfile import (
 from envbuild.matrix import Matrix
 from envbuild.models import (
     LOCK_SCHEMA_VERSION,
+    ExtensionBuild,
     Lock,
     LockedPackage,
     Request,
@@ -127,22 +128,16 @@ def lock_image(
     """`lock`: request -> resolve -> pin (delegated) -> lock text -> write only when changed."""
     request = load_request(image_dir)  # a bad request stops here: nothing is written
     if request.base is not None:
-        # A framework base: its facts come from the image itself (envbuild.app.base_lock).
-        from envbuild.app.base_lock import lock_framework_base
-
-        lock, text, notes, tool, written = lock_framework_base(
+        return _lock_base(
             image_dir,
             request,
-            matrix=matrix_data.load_matrix_from(matrix_overlay),
-            engine=engine or inputs.make_engine(buildkit=False),
-            previous=_previous_lock(image_dir),
             upgrade=upgrade,
             upgrade_packages=upgrade_packages,
             offline=offline,
+            matrix_overlay=matrix_overlay,
             runner=runner,
+            engine=engine,
         )
-        status = "written" if written else "unchanged"
-        return LockOutcome(lock_path(image_dir), status, lock, text, notes, tool)
     upgrade_set = {canonicalize_name(n) for n in upgrade_packages}
     previous, not_kept = read_previous(image_dir)
     kept = None if upgrade else previous  # the picks --upgrade does not keep
@@ -156,19 +151,7 @@ def lock_image(
     warnings = [*(note for note in notes if note), *indexes.warnings]
     # The registry answers while uv pins (and what writing the lock imports loads meanwhile).
     digest_job = in_background(lambda: _base_digest(stack, kept, offline, digest_lookup))
-    kept_packages = (*kept.packages, *kept.installer) if kept is not None else ()
-    preferences = tuple(p for p in kept_packages if canonicalize_name(p.name) not in upgrade_set)
-    pin = pydeps.PinRequest(
-        requirements=(*_stack_requirements(stack), *request.packages),
-        python=stack.python,
-        platform=request.platform,
-        index_url=indexes.index_url,
-        extra_index_urls=indexes.extra_index_urls,
-        find_links=indexes.find_links,
-        preferences=preferences,
-        upgrade_packages=tuple(sorted(upgrade_set)),
-        offline=offline,
-    )
+    pin = _pin_request(request, stack, indexes, kept, upgrade_set, offline)
     # The installer is pinned in the same resolution (it has no dependencies), then split off.
     with_installer = pin_installer(pin, offline, kept)
     sourced = _pin_with_project(stack, matrix, request, with_installer, project, runner)
@@ -193,13 +176,7 @@ def lock_image(
         lambda r: _pin_or_pypi_hint(stack, matrix, request, r, runner), pin, stack, pinned.packages
     )
     if build is not None:
-        build_pins = pydeps.PinResult(build.packages, pinned.tool)
-        build_pins = source_lock.as_requested(
-            build_pins, request.indexes.find_links, pin.find_links
-        )
-        new_lock = dataclasses.replace(
-            new_lock, build=dataclasses.replace(build, packages=build_pins.packages)
-        )
+        new_lock = _with_build(new_lock, build, pinned.tool, request, pin)
     text = dumps(new_lock, command=regenerate_command(image_dir))
     written = write_if_changed(lock_path(image_dir), text)
     if written and kept is not None:
@@ -211,6 +188,71 @@ def lock_image(
         text=text,
         warnings=tuple(warnings),
         tool=pinned.tool,
+    )
+
+
+def _lock_base(
+    image_dir: Path,
+    request: Request,
+    *,
+    upgrade: bool,
+    upgrade_packages: Sequence[str],
+    offline: bool,
+    matrix_overlay: Path | None,
+    runner: Any,
+    engine: ContainerEngine | None,
+) -> LockOutcome:
+    """A framework base: its facts come from the image itself (envbuild.app.base_lock)."""
+    from envbuild.app.base_lock import lock_framework_base
+
+    lock, text, notes, tool, written = lock_framework_base(
+        image_dir,
+        request,
+        matrix=matrix_data.load_matrix_from(matrix_overlay),
+        engine=engine or inputs.make_engine(buildkit=False),
+        previous=_previous_lock(image_dir),
+        upgrade=upgrade,
+        upgrade_packages=upgrade_packages,
+        offline=offline,
+        runner=runner,
+    )
+    status = "written" if written else "unchanged"
+    return LockOutcome(lock_path(image_dir), status, lock, text, notes, tool)
+
+
+def _pin_request(
+    request: Request,
+    stack: Stack,
+    indexes: _PinIndexes,
+    kept: Lock | None,
+    upgrade_set: AbstractSet[str],
+    offline: bool,
+) -> pydeps.PinRequest:
+    """What uv pins: the stack's and the request's packages, preferring the kept picks."""
+    kept_packages = (*kept.packages, *kept.installer) if kept is not None else ()
+    preferences = tuple(p for p in kept_packages if canonicalize_name(p.name) not in upgrade_set)
+    return pydeps.PinRequest(
+        requirements=(*_stack_requirements(stack), *request.packages),
+        python=stack.python,
+        platform=request.platform,
+        index_url=indexes.index_url,
+        extra_index_urls=indexes.extra_index_urls,
+        find_links=indexes.find_links,
+        preferences=preferences,
+        upgrade_packages=tuple(sorted(upgrade_set)),
+        offline=offline,
+    )
+
+
+def _with_build(
+    new_lock: Lock, build: ExtensionBuild, tool: str, request: Request, pin: pydeps.PinRequest
+) -> Lock:
+    """The lock with its builder stage's pins, written as the request wrote its sources."""
+    build_pins = source_lock.as_requested(
+        pydeps.PinResult(build.packages, tool), request.indexes.find_links, pin.find_links
+    )
+    return dataclasses.replace(
+        new_lock, build=dataclasses.replace(build, packages=build_pins.packages)
     )
 
 

@@ -28,6 +28,7 @@ from envbuild.errors import (
     EnvbuildError,
     GpuUnavailableError,
     SmokeFailed,
+    UserError,
 )
 from envbuild.gpu_attach import Attachment
 from envbuild.smoke import SmokeJudgement, payload_command
@@ -99,6 +100,13 @@ class FakeEngine:
 
     def image_exists(self, ref: str) -> bool:
         return self.tags.get(ref, ref) in self.images
+
+    def image_ids(self, ref: str, *, pull: bool = True) -> tuple[str, str | None]:
+        # As the Docker engine: a ref it does not have is a UserError (nothing is pulled here).
+        image_id = self.tags.get(ref, ref)
+        if image_id not in self.images:
+            raise UserError(f"no image {ref} in the engine")
+        return image_id, None
 
     def containers(self, label: str) -> list[str]:
         return []

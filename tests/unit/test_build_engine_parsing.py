@@ -4,6 +4,7 @@ line, the GPU attach ways as docker-py arguments, the context tar, image referen
 from __future__ import annotations
 
 import io
+import itertools
 import tarfile
 from pathlib import Path
 
@@ -118,7 +119,7 @@ def test_buildx_passes_caches_through_and_secrets_only_when_in_the_context(
         secrets={"envbuild-ca": "certs/ca.crt", "absent": "certs/none.crt"},
     )
     cmd = buildx_command(context_dir=tmp_path, iidfile=tmp_path / "iid", options=options)
-    pairs = list(zip(cmd, cmd[1:], strict=False))
+    pairs = list(itertools.pairwise(cmd))
     assert ("--secret", f"id=envbuild-ca,src={tmp_path / 'certs' / 'ca.crt'}") in pairs
     assert not any("absent" in a for a in cmd)
     assert ("--cache-from", "type=registry,ref=r.example/x:cache") in pairs

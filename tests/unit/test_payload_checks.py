@@ -393,5 +393,5 @@ def test_topology_without_nvml_or_nvidia_smi(monkeypatch: pytest.MonkeyPatch) ->
     from envbuild.payload import smoke_host
 
     monkeypatch.setattr(smoke_host, "_topology_nvml", lambda count: None)
-    monkeypatch.setattr(smoke_host.shutil, "which", lambda name: None)
+    monkeypatch.setattr("envbuild.payload.smoke_host.shutil.which", lambda name: None)
     assert smoke_host.topology(2) == {"source": None, "gpus": [], "matrix": []}

@@ -16,9 +16,19 @@ from envbuild.request import load_request
 from tests.unit.test_lockfile import DEMO_REQUEST, FakeUv, install_fakes, make_image
 
 
+UV_PIN = """
+[[packages]]
+name = "uv"
+version = "0.9.0"
+wheels = [{ url = "https://files.pythonhosted.org/packages/00/00/uv-0.9.0-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl", size = 1, hashes = { sha256 = "%s" } }]
+""" % ("0" * 64)  # noqa: UP031 (the line is TOML: braces would need doubling in an f-string)
+"""The image's installer, which `envbuild lock` asks uv for alongside the packages."""
+
+
 class RecordingUv(FakeUv):
     def __init__(self) -> None:
         super().__init__()
+        self.text += UV_PIN
         self.requirements: list[str] = []
 
     def __call__(self, argv: Any, cwd: Path, env: Any) -> RunResult:
@@ -43,7 +53,8 @@ def test_peer_command_asks_uv_what_envbuild_lock_asked(
         outcome.lock, load_request(image), image_dir=image, uv=("uv",)
     )
     ours = uv.calls[0]
-    assert requirements == uv.requirements[0]
+    assert [p.name for p in outcome.lock.installer] == ["uv"]
+    assert requirements == uv.requirements[0] == "torch==2.10.0\nnumpy<3\nuv\n"
     # Identical but for the output: envbuild reads PEP 751, a user writes requirements.txt.
     assert ours[ours.index("--format") : ours.index("--format") + 4] == [
         "--format",

@@ -144,7 +144,9 @@ def test_tensorflow_tested_build_configuration(
         spec = SpecifierSet(r.python)
         assert low in spec and high in spec and _next_minor(high) not in spec, r.version
     # And the resolver picks that configuration when asked for the series.
-    stack = resolve_use_case.resolve(framework=f"tensorflow=={series}.*", gpus=("A100",), matrix=matrix)
+    stack = resolve_use_case.resolve(
+        framework=f"tensorflow=={series}.*", gpus=("A100",), matrix=matrix
+    )
     assert isinstance(stack, Stack)
     assert stack.cuda is not None and Version(stack.cuda).release[:2] == Version(cuda).release[:2]
 

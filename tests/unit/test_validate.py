@@ -347,7 +347,8 @@ def test_junit_one_testcase_per_check() -> None:
     failure = cases[0].find("failure")
     assert failure is not None and failure.get("message") == pf.checks[0].detail
     assert "next:" in (failure.text or "")
-    assert reports.junit_xml([("s", pf.checks)]) == reports.junit_xml([("s", pf.checks)])  # deterministic
+    # deterministic: the same checks give the same bytes
+    assert reports.junit_xml([("s", pf.checks)]) == reports.junit_xml([("s", pf.checks)])
 
 
 def test_smoke_checks_from_a_report() -> None:

@@ -93,6 +93,9 @@ class FakeEngine:
     def image_exists(self, ref: str) -> bool:
         return True
 
+    def image_ids(self, ref: str, *, pull: bool = True) -> tuple[str, str | None]:
+        raise AssertionError("validate reads the image's labels, not its id")
+
     def containers(self, label: str) -> list[str]:
         return []
 
@@ -185,21 +188,27 @@ def test_image_smoke_failure_exit_6_with_hint() -> None:
         stdout=report_line(failing="loss-falling"),
         exit_code=1,
     )
-    result = validate_use_case.validate(target="img", facts_file=HOSTS / "h200-healthy.json", engine=engine)
+    result = validate_use_case.validate(
+        target="img", facts_file=HOSTS / "h200-healthy.json", engine=engine
+    )
     assert result.exit_code == 6
     assert [c.name for c in result.checks if c.status == "fail"] == ["smoke:loss-falling", "smoke"]
 
 
 def test_image_without_report_is_a_failed_smoke() -> None:
     engine = FakeEngine(labels={"envbuild.lock": dumps(make_lock())}, stdout="Segmentation fault")
-    result = validate_use_case.validate(target="img", facts_file=HOSTS / "h200-healthy.json", engine=engine)
+    result = validate_use_case.validate(
+        target="img", facts_file=HOSTS / "h200-healthy.json", engine=engine
+    )
     assert result.exit_code == 6
     assert "printed no report" in result.checks[-1].detail
 
 
 def test_image_preflight_failure_starts_nothing() -> None:
     engine = FakeEngine(labels={"envbuild.lock": dumps(make_lock())}, stdout=report_line())
-    result = validate_use_case.validate(target="img", facts_file=HOSTS / "old-driver.json", engine=engine)
+    result = validate_use_case.validate(
+        target="img", facts_file=HOSTS / "old-driver.json", engine=engine
+    )
     assert engine.runs == []
     assert result.exit_code == 1
     assert result.checks[-1].status == "skip"
@@ -207,7 +216,9 @@ def test_image_preflight_failure_starts_nothing() -> None:
 
 def test_image_engine_without_gpu_runtime_fails_before_running() -> None:
     engine = FakeEngine(labels={"envbuild.lock": dumps(make_lock())}, nvidia=False)
-    result = validate_use_case.validate(target="img", facts_file=HOSTS / "h200-healthy.json", engine=engine)
+    result = validate_use_case.validate(
+        target="img", facts_file=HOSTS / "h200-healthy.json", engine=engine
+    )
     assert engine.runs == []
     assert result.checks[-1].name == "engine-gpu" and result.checks[-1].status == "fail"
 
