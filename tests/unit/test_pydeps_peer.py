@@ -15,13 +15,12 @@ from envbuild.pydeps import RunResult
 from envbuild.request import load_request
 from tests.unit.test_lockfile import DEMO_REQUEST, FakeUv, install_fakes, make_image
 
-
 UV_PIN = """
 [[packages]]
 name = "uv"
 version = "0.9.0"
-wheels = [{ url = "https://files.pythonhosted.org/packages/00/00/uv-0.9.0-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl", size = 1, hashes = { sha256 = "%s" } }]
-""" % ("0" * 64)  # noqa: UP031 (the line is TOML: braces would need doubling in an f-string)
+wheels = [{ url = "https://files.pythonhosted.org/packages/00/00/uv-0.9.0-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl", size = 1, hashes = { sha256 = "0000000000000000000000000000000000000000000000000000000000000000" } }]
+"""
 """The image's installer, which `envbuild lock` asks uv for alongside the packages."""
 
 
