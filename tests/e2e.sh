@@ -268,13 +268,15 @@ if [ "$E2E_PODMAN" = 1 ]; then
     printf '[containers]\ndefault_ulimits = ["nofile=%s:%s", "nproc=%s:%s"]\n' \
         "$nofile" "$nofile" "$nproc" "$nproc" >"$WORK/podman/containers.conf"
     printf '[[registry]]\nlocation = "%s"\ninsecure = true\n' "$REG" >"$WORK/podman/registries.conf"
-    export CONTAINER_HOST=unix://$WORK/podman/podman.sock
+    sock=unix://$WORK/podman/podman.sock
     rm -f "$WORK/podman/podman.sock"
-    printf '+ podman system service --time=0 %s &\n' "$CONTAINER_HOST" >&2
-    CONTAINERS_CONF=$WORK/podman/containers.conf \
-        CONTAINERS_REGISTRIES_CONF=$WORK/podman/registries.conf \
-        podman system service --time=0 "$CONTAINER_HOST" >"$WORK/podman/log" 2>&1 &
+    printf '+ podman system service --time=0 %s &\n' "$sock" >&2
+    # (CONTAINER_HOST is for envbuild below; set for podman itself it would make it a client.)
+    env -u CONTAINER_HOST CONTAINERS_CONF="$WORK/podman/containers.conf" \
+        CONTAINERS_REGISTRIES_CONF="$WORK/podman/registries.conf" \
+        podman system service --time=0 "$sock" >"$WORK/podman/log" 2>&1 &
     PIDS+=($!)
+    export CONTAINER_HOST=$sock
     wait_for "podman system service" curl -sf --unix-socket "$WORK/podman/podman.sock" http://d/_ping
     podman image rm "$TAG_PODMAN" >/dev/null 2>&1 || true
     run "$ENVBUILD" image "$PINNED" --engine podman --ca-cert "$CA_CERT" --allow-cpu \

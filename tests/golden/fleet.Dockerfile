@@ -50,6 +50,6 @@ LABEL org.opencontainers.image.title="fleet" \
       org.opencontainers.image.description="torch 2.10.0 (cu128), CUDA 12.8.1, Python 3.12, ubuntu24.04" \
       org.opencontainers.image.version="2.10.0" \
       org.opencontainers.image.base.name="nvidia/cuda:12.8.1-base-ubuntu24.04" \
-      envbuild.lock.sha256="7aba4a1d171560b3daefbb9887e41fef012873f9572227334b2f07c6d7153c7d"
+      envbuild.lock.sha256="e5f17c41eeae0cc680ae4c9e88abcaa2d628516277681f2461a850788164cea6"
 
 CMD ["python"]

@@ -50,6 +50,6 @@ LABEL org.opencontainers.image.title="jax-train" \
       org.opencontainers.image.description="jax 0.12.0.1 (cuda12), CUDA 12.9, Python 3.12, ubuntu24.04" \
       org.opencontainers.image.version="0.12.0.1" \
       org.opencontainers.image.base.name="nvidia/cuda:12.9.1-base-ubuntu24.04" \
-      envbuild.lock.sha256="99c60530e522e1f5baf123a00eb9d8d8a7dba8ce15e174065f81c44512686262"
+      envbuild.lock.sha256="fafd16b628e8f5419f613b8f88d0d2633c49a8ecc7993b331a7165df4014c45c"
 
 CMD ["python"]

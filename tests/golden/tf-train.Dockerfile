@@ -50,6 +50,6 @@ LABEL org.opencontainers.image.title="tf-train" \
       org.opencontainers.image.description="tensorflow 2.21.0 (and-cuda), CUDA 12.5.1, Python 3.10, ubuntu22.04" \
       org.opencontainers.image.version="2.21.0" \
       org.opencontainers.image.base.name="nvidia/cuda:12.5.1-base-ubuntu22.04" \
-      envbuild.lock.sha256="914a9027ee361b61c7fcb2f0d9aa15c8d45373fc1e6bb167a9a9286a1ab94816"
+      envbuild.lock.sha256="985d7febdc5eac43adff35b3e9b021e8f6b063162fa88faeb800dbf77efe1611"
 
 CMD ["python"]

@@ -89,6 +89,6 @@ LABEL org.opencontainers.image.title="torch-ext" \
       org.opencontainers.image.description="torch 2.15.0 (cu132), CUDA 13.2, Python 3.11, debian12" \
       org.opencontainers.image.version="2.15.0" \
       org.opencontainers.image.base.name="debian:bookworm-slim" \
-      envbuild.lock.sha256="bc37750843381db3b5cd6afd9bfc4fdf23a90b996c99f6de5df2fe4ff896b42a"
+      envbuild.lock.sha256="3b0aa7f8065edd8314ba6c23f6034dfab7392471bd52a8f26f9953b7c54f6757"
 
 CMD ["python"]

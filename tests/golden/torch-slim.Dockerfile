@@ -50,6 +50,6 @@ LABEL org.opencontainers.image.title="torch-slim" \
       org.opencontainers.image.description="torch 2.15.0 (cu132), CUDA 13.2, Python 3.11, debian12" \
       org.opencontainers.image.version="2.15.0" \
       org.opencontainers.image.base.name="debian:bookworm-slim" \
-      envbuild.lock.sha256="a9148f6e99503a1559096b28d57460b8393f6cedbf515e41cd77bd82c6b2c4a0"
+      envbuild.lock.sha256="acdd64dea3f4507c2c2398471f484029d507d567b04d8243be4e29fcb0aa0277"
 
 CMD ["python"]

@@ -50,6 +50,6 @@ LABEL org.opencontainers.image.title="torch-train" \
       org.opencontainers.image.description="torch 2.10.0 (cu128), CUDA 12.8.1, Python 3.12, ubuntu24.04" \
       org.opencontainers.image.version="2.10.0" \
       org.opencontainers.image.base.name="nvidia/cuda:12.8.1-base-ubuntu24.04" \
-      envbuild.lock.sha256="a54d487ecac9614c88a43ee060842b42d68d33c09965b2421467a7021b7e1437"
+      envbuild.lock.sha256="fb2454c1d4e37416f83035af8e5ed7ba66e16ef2bf9b11490c329a107c73961b"
 
 CMD ["python"]

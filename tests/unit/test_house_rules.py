@@ -17,9 +17,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "envbuild"
-SHIPPED = (PACKAGE, ROOT / "templates")
-"""The package and its templates. (matrix/*.toml `source` values are part of each row's
-digest in envbuild.lock: changing one re-locks every image that uses the row.)"""
+SHIPPED = (PACKAGE, ROOT / "templates", ROOT / "matrix")
+"""The package, its templates and the matrix (whose `source` values cite files under
+matrix/evidence/ or public URLs; changing one re-locks every image that uses the row)."""
 
 MAX_FUNCTION_LINES = 80
 MAX_MODULE_LINES = 800
