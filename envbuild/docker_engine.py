@@ -50,7 +50,8 @@ _PUSHED_RE = re.compile(r"digest: (sha256:[0-9a-f]{64})")
 POLL_S = 0.25
 STEP_LINE_MAX = 160
 
-_STEP_RE = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
+# Docker's classic builder: "Step 3/9 : RUN ..."; Buildah behind Podman's API: "STEP 3/9: RUN ...".
+_STEP_RE = re.compile(r"^(?:Step|STEP) (\d+)/(\d+) ?: (.*)$")
 _BUILT_RE = re.compile(r"^Successfully built ([0-9a-f]+)$")
 # What the engine prints when a FROM image is missing and cannot be pulled (Docker 20-28).
 _PULL_FAILURES = (
@@ -188,11 +189,13 @@ class BuildStream:
                 "bigger disk; GPU images need about 10 GB free",
                 fields=fields,
             )
-        is_from = self.step.split(" : ", 1)[-1].upper().startswith("FROM ")
+        step = _STEP_RE.match(self.step)
+        instruction = step.group(3) if step else self.step
+        is_from = instruction.upper().startswith("FROM ")
         # Pull markers only in the engine's own message: a RUN step's pip printing "connection
         # refused" in its output is a failing step, not a failing pull.
         if is_from or any(marker in message.lower() for marker in _PULL_FAILURES):
-            base = self.step.split(" : ", 1)[-1][5:].strip() if is_from else ""
+            base = instruction[5:].strip() if is_from else ""
             return BuildError(
                 f"the base image {base or '(FROM)'} is not in the engine and could not be pulled: "
                 f"{message.strip()}",

@@ -231,7 +231,8 @@ def _push_hint(kind: str, registry: str, repo: str) -> str:
         "tls": f"the engine does not trust {registry}, or it speaks plain HTTP: put its CA in "
         f"/etc/docker/certs.d/{registry}/ca.crt (Podman: /etc/containers/certs.d/), or list a "
         "plain-HTTP registry you trust under insecure-registries in /etc/docker/daemon.json "
-        "(127.0.0.0/8 is allowed by default)",
+        "(127.0.0.0/8 is allowed by default; Podman: `insecure = true` for it in "
+        "/etc/containers/registries.conf)",
         "quota": f"{registry} refused for a quota or rate limit: wait and rerun, delete old "
         "tags, or raise the quota",
         "unreachable": f"check the address and that the engine's machine reaches {registry} "

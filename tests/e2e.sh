@@ -254,6 +254,9 @@ check_json "$WORK/buildkit.json" ok=True "builder=BuildKit (docker buildx *" \
     "pushed.repo_digest=$REG/envbuild-e2e/torch-slim@$PUSHED"
 [ "$(smoke_containers)" = 0 ] || fail "smoke container left behind after a pass"
 echo "pushed: $REG/envbuild-e2e/torch-slim@$PUSHED (recomputed from the registry's manifest)" >&2
+# What a new host does with it (docs/ci.md): pull by digest; the fleet view needs no GPU.
+run docker pull "$REG/envbuild-e2e/torch-slim@$PUSHED"
+run "$ENVBUILD" validate --hosts tests/fixtures/hosts/h200-healthy.json --lock "$PINNED"
 lap
 
 if [ "$E2E_PODMAN" = 1 ]; then

@@ -36,7 +36,7 @@ class Progress:
             click.echo(line, file=self.stream)
             return
         permanent = (
-            line.startswith(("Step ", "candidate ", "#", "saving ", "pushing "))
+            line.startswith(("Step ", "STEP ", "candidate ", "#", "saving ", "pushing "))
             and " ---> " not in line
         )
         if permanent:

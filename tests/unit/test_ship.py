@@ -45,9 +45,9 @@ def run_image(
     monkeypatch: pytest.MonkeyPatch, engine: ShipEngine, judge: Any, **request: Any
 ) -> ImageOutcome:
     monkeypatch.setattr(image, "prepare", lambda **_: (make_job(allow_cpu=True), judge))
-    return image.build_image(
-        image_dir=Path("unused"), request=image.ImageRequest(**request), engine=engine
-    )
+    # No smoke-pass records: the fake's image ids repeat from test to test.
+    ask = image.ImageRequest(record_passes=False, **request)
+    return image.build_image(image_dir=Path("unused"), request=ask, engine=engine)
 
 
 def test_save_then_push_only_after_the_pass(
@@ -219,3 +219,15 @@ def test_engine_comes_from_the_flag_or_envbuild_engine(
     assert seen["request"].engine == "podman"
     CliRunner().invoke(cli, ["image", str(tmp_path)], env={"ENVBUILD_ENGINE": "podman"})
     assert seen["request"].engine == "podman"
+
+
+def test_buildah_steps_behind_podman_are_read_like_dockers() -> None:
+    from envbuild.docker_engine import BuildStream
+    from envbuild.errors import BuildError
+
+    stream = BuildStream(lambda _: None)
+    stream.feed({"stream": "STEP 1/9: FROM 127.0.0.1:5000/base:1@sha256:" + "a" * 64 + "\n"})
+    assert stream.step.startswith("STEP 1/9: FROM ")
+    with pytest.raises(BuildError) as info:
+        stream.feed({"error": "pinging container registry 127.0.0.1:5000: connection refused"})
+    assert info.value.message.startswith("the base image 127.0.0.1:5000/base:1@sha256:")
