@@ -19,7 +19,8 @@
 #      its code installed, its own smoke command passes and is in the report; a code change
 #      rebuilds at most its last 3 layers
 # `bash tests/e2e.sh prepare` only starts the engine and makes the base image (.ci/run uses it
-# so the engine-marked tests of `make check` run too). E2E_PODMAN=0 skips step 6.
+# so the engine-marked tests of `make check` run too). E2E_PODMAN=0 skips step 6;
+# E2E_REGISTRY_PORT (5955) is the registry's port when free.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -89,7 +90,19 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# PORT if nothing listens there, else any free port. A fixed port keeps the pinned lock's
+# bytes (its base ref names the port) and so every builder's cache the same from run to run.
+free_port() {
+    "$PY" - "$1" <<'EOF'
+import socket, sys
+s = socket.socket()
+try:
+    s.bind(("127.0.0.1", int(sys.argv[1])))
+except OSError:
+    s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])
+EOF
+}
 
 wait_for() {  # wait_for WHAT COMMAND...
     local what=$1; shift
@@ -104,7 +117,7 @@ wait_for() {  # wait_for WHAT COMMAND...
 # (Docker's insecure-registries default is 127.0.0.0/8).
 start_registry() {
     command -v docker-registry >/dev/null || apt_install docker-registry
-    REG=127.0.0.1:$(free_port)
+    REG=127.0.0.1:$(free_port "${E2E_REGISTRY_PORT:-5955}")
     mkdir -p "$WORK/registry"
     cat >"$WORK/registry/config.yml" <<EOF
 version: 0.1

@@ -68,7 +68,7 @@ def docker(*args: str, stdin: str | None = None, timeout: int = 900) -> dict[str
 
 
 def tag_exists(tag: str) -> bool:
-    return docker("image", "inspect", tag)["rc"] == 0
+    return bool(docker("image", "inspect", tag)["rc"] == 0)
 
 
 def containers(label: str) -> int:

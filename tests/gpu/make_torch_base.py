@@ -22,6 +22,7 @@ import tarfile
 import time
 from importlib import metadata
 from pathlib import Path
+from typing import IO
 
 ROOTS = ("torch", "pip", "numpy")
 SKIP_USR = (
@@ -160,9 +161,9 @@ class Rootfs:
         self.added.add("/" + name)
 
 
-def write_rootfs(stream: object, venv: Path | None) -> dict[str, object]:
+def write_rootfs(stream: IO[bytes], venv: Path | None) -> dict[str, object]:
     counted: dict[str, object] = {}
-    with tarfile.open(fileobj=stream, mode="w|") as tar:  # type: ignore[arg-type]
+    with tarfile.open(fileobj=stream, mode="w|") as tar:
         fs = Rootfs(tar)
         for top in ("bin", "lib", "lib64", "sbin"):
             if os.path.islink("/" + top):
