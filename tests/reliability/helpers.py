@@ -145,7 +145,8 @@ def probe_image(
     payload: str = "{{ super() }}",
     example: str = "torch-cpu",
 ) -> Path:
-    """A copy of images/EXAMPLE whose lock pins only the probe wheel (with `sha256`) and whose
+    """A copy of images/EXAMPLE whose lock pins only the probe wheel (with `sha256`), no
+    installer, and whose
     Dockerfile.j2 is PROBE_TEMPLATE. The lock stays fresh: its input hash covers the request and
     the matrix rows, not the pins; dumps() writes a matching content hash."""
     import dataclasses
@@ -156,7 +157,9 @@ def probe_image(
     image = copy_example(root, example)
     lock = lockfile.loads((image / "envbuild.lock").read_text())
     pin = LockedPackage(PROBE, PROBE_VERSION, (f"sha256:{sha256}",), "https://pypi.org/simple")
-    lock = dataclasses.replace(lock, packages=(pin,))
+    # No installer pin either: the wheelhouse holds only the probe wheel, so the build takes
+    # the pip path (a lock without [[installer]], as before uv was pinned).
+    lock = dataclasses.replace(lock, packages=(pin,), installer=())
     text = lockfile.dumps(lock, command=lockfile.regenerate_command(image))
     (image / "envbuild.lock").write_text(text)
     (image / "Dockerfile.j2").write_text(
