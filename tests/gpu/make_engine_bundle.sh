@@ -15,7 +15,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$DEST" "$tmp/debs" "$tmp/x" "$tmp/bin"
 
-bash tests/gpu/trixie-debs.sh "$tmp/debs" docker.io docker-cli containerd runc >/dev/null
+bash tools/trixie-debs "$tmp/debs" docker.io docker-cli containerd runc >/dev/null
 for deb in "$tmp"/debs/*.deb; do dpkg -x "$deb" "$tmp/x"; done
 for b in usr/sbin/dockerd usr/bin/docker usr/bin/containerd usr/bin/containerd-shim-runc-v2 usr/sbin/runc; do
     install -m 0755 "$tmp/x/$b" "$tmp/bin/"
