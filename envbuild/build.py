@@ -32,13 +32,11 @@ from envbuild.errors import (
 )
 from envbuild.gpu_attach import Attachment, GpuChoice, unavailable_message
 from envbuild.project_smoke import run_command
-from envbuild.smoke import SmokeJudgement, passthrough_environment, payload_command
+from envbuild.smoke import SmokeJudgement, container_spec
 
 LOCK_LABEL = "envbuild.lock"
 LOCK_SHA_LABEL = "envbuild.lock.sha256"
 REPORT_LABEL = "envbuild.smoke.report"
-ROLE_LABEL = "envbuild.role"
-"""Every smoke container carries `envbuild.role=smoke`: `docker ps -a --filter label=...`."""
 
 STDERR_TAIL_LINES = 30
 LOCK_LABEL_MAX_BYTES = 256 * 1024
@@ -406,15 +404,14 @@ def _build(
 
 def _smoke_spec(job: ImageJob, candidate: str, attach: Attachment | None) -> RunSpec:
     """The smoke container: the payload in the candidate, with the job's GPUs and limits."""
-    return RunSpec(
-        image=candidate,
-        command=payload_command(allow_cpu=job.allow_cpu),
-        gpus=attach is not None,
-        gpu_attach=attach,
-        shm_size=f"{job.shm_mib}m",
+    return container_spec(
+        candidate,
+        allow_cpu=job.allow_cpu,
+        attach=attach,
+        shm_mib=job.shm_mib,
         timeout_s=job.timeout_s,
-        environment=passthrough_environment(os.environ),
-        labels={ROLE_LABEL: "smoke", LOCK_SHA_LABEL: job.lock_sha256},
+        environ=os.environ,
+        labels={LOCK_SHA_LABEL: job.lock_sha256},
     )
 
 

@@ -21,7 +21,9 @@ from typing import Any
 from envbuild.archs import ArchRules, parse_arch
 from envbuild.cudawheels import cuda_libs
 from envbuild.documents import DocumentError, json_loads, printable, printable_data
+from envbuild.engine import RunSpec
 from envbuild.errors import SmokeFailed
+from envbuild.gpu_attach import Attachment
 from envbuild.matrix import Matrix
 from envbuild.models import Lock, SmokeSettings
 from envbuild.payload import smoke_checks as ck
@@ -45,6 +47,8 @@ REQUIRED_TIER2 = ("loss-falling", "grads")
 # must stay off runs with NCCL_NVLS_ENABLE=0; a NIC choice is NCCL_SOCKET_IFNAME), as the
 # variables are listed in https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html.
 PASSTHROUGH_PREFIXES = ("NCCL_", "TORCH_NCCL_", "NVSHMEM_")
+ROLE_LABEL = "envbuild.role"
+"""The label of every container envbuild starts (`envbuild.role=smoke`)."""
 
 
 def passthrough_environment(environ: Mapping[str, str]) -> dict[str, str]:
@@ -66,6 +70,32 @@ def payload_command(*, allow_cpu: bool) -> tuple[str, ...]:
     """The payload as an image runs it: the venv's python (on PATH) and the image's plan."""
     command: tuple[str, ...] = ("python", PAYLOAD_DIR, "--plan", PLAN_PATH)
     return (*command, "--allow-cpu") if allow_cpu else command
+
+
+def container_spec(
+    image: str,
+    *,
+    allow_cpu: bool,
+    attach: Attachment | None,
+    shm_mib: int,
+    timeout_s: int,
+    environ: Mapping[str, str],
+    labels: Mapping[str, str] | None = None,
+) -> RunSpec:
+    """The one smoke container (`image` tests a candidate, `validate` a built image): the image's
+    own payload and plan, the GPUs `attach` names (None: none), the caller's NCCL settings, and
+    the ROLE_LABEL every smoke container carries so a leftover one can be found. `timeout_s` is
+    the kill time (kill_after_s of the plan's timeout)."""
+    return RunSpec(
+        image=image,
+        command=payload_command(allow_cpu=allow_cpu),
+        gpus=attach is not None,
+        gpu_attach=attach,
+        shm_size=f"{shm_mib}m",
+        timeout_s=timeout_s,
+        environment=passthrough_environment(environ),
+        labels={ROLE_LABEL: "smoke", **(labels or {})},
+    )
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,9 @@ from pathlib import Path
 from envbuild import matrix as matrix_data
 from envbuild import smoke
 from envbuild.app import inputs
-from envbuild.build import ROLE_LABEL, shm_mib_for
+from envbuild.build import shm_mib_for
 from envbuild.documents import DocumentError, json_loads
-from envbuild.engine import ContainerEngine, RunResult, RunSpec
+from envbuild.engine import ContainerEngine, RunResult
 from envbuild.errors import SmokeFailed, UserError
 from envbuild.fsio import read_input
 from envbuild.gpu_attach import Attachment
@@ -134,14 +134,12 @@ def run_in_image(
     """Run a built image's own payload and plan on this host's GPUs (validate), attached as
     `attach` says (None: no GPU)."""
     return engine.run(
-        RunSpec(
-            image=image,
-            command=smoke.payload_command(allow_cpu=False),
-            gpus=attach is not None,
-            gpu_attach=attach,
-            shm_size=f"{shm_mib_for(lock.smoke.min_shm_mib)}m",
+        smoke.container_spec(
+            image,
+            allow_cpu=False,
+            attach=attach,
+            shm_mib=shm_mib_for(lock.smoke.min_shm_mib),
             timeout_s=smoke.kill_after_s(lock.smoke.timeout_s),
-            environment=smoke.passthrough_environment(os.environ),
-            labels={ROLE_LABEL: "smoke"},
+            environ=os.environ,
         )
     )

@@ -16,7 +16,6 @@ from envbuild.build import (
     LOCK_LABEL,
     LOCK_SHA_LABEL,
     REPORT_LABEL,
-    ROLE_LABEL,
     build_and_verify,
 )
 from envbuild.docker_engine import DockerEngine
@@ -27,6 +26,7 @@ from envbuild.errors import (
     GpuUnavailableError,
     SmokeFailed,
 )
+from envbuild.smoke import ROLE_LABEL
 from tests.integration.engine_cases import BASE, CASES, job, judge
 
 

@@ -9,11 +9,12 @@ import uuid
 import pytest
 
 from envbuild import hostinfo
-from envbuild.build import LOCK_SHA_LABEL, ROLE_LABEL
+from envbuild.build import LOCK_SHA_LABEL
 from envbuild.docker_engine import DockerEngine
 from envbuild.engine import RunSpec
 from envbuild.errors import GpuUnavailableError
 from envbuild.gpu_attach import choose, from_host_facts
+from envbuild.smoke import ROLE_LABEL
 from tests.integration.engine_cases import BASE
 
 pytestmark = pytest.mark.engine

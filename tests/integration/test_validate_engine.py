@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 
 from envbuild.app import validate as validate_use_case
-from envbuild.build import LOCK_LABEL, ROLE_LABEL
+from envbuild.build import LOCK_LABEL
 from envbuild.docker_engine import DockerEngine
 from envbuild.lockfile import dumps
+from envbuild.smoke import ROLE_LABEL
 from tests.unit.test_validate import HOSTS, make_lock
 
 pytestmark = pytest.mark.engine

@@ -14,7 +14,6 @@ from envbuild.build import (
     LOCK_LABEL,
     LOCK_SHA_LABEL,
     REPORT_LABEL,
-    ROLE_LABEL,
     ImageJob,
     build_and_verify,
     default_tag,
@@ -31,7 +30,7 @@ from envbuild.errors import (
     UserError,
 )
 from envbuild.gpu_attach import Attachment
-from envbuild.smoke import SmokeJudgement, payload_command
+from envbuild.smoke import ROLE_LABEL, SmokeJudgement, payload_command
 
 LOCK_TEXT = "# envbuild.lock\nname = 'demo'\n"
 SHA = "ab" * 32
