@@ -1,5 +1,6 @@
 """The builder stage of a lock with source packages (pure): the template values and the build
-context files that compile them (`templates/devel.Dockerfile.j2`, `templates/build-extensions.sh`).
+context files that compile them (`templates/devel.Dockerfile.j2`, `templates/framework.Dockerfile.j2`
+on a framework base, `templates/build-extensions.sh`).
 
 Three hash-checked requirement sets, none of which reaches the final stage except through the
 wheels built from them: the toolchain (NVIDIA's CUDA toolkit wheels, `pip install --target`
@@ -32,7 +33,7 @@ def template_values(lock: Lock, python: str) -> dict[str, Any]:
     """What the devel template needs to compile source packages ({"build": False} without)."""
     build = lock.build
     if build is None:
-        return {"build": False}
+        return {"build": False, "build_sources_only": False}
     from envbuild.render import _check
 
     arch_list = _check(
@@ -48,6 +49,8 @@ def template_values(lock: Lock, python: str) -> dict[str, Any]:
         "build": True,
         "build_toolchain": build.toolchain,
         "build_has_deps": bool(_build_deps(lock)),
+        # Every extra package is compiled: requirements.lock pins nothing to install.
+        "build_sources_only": all(p.sdist for p in lock.packages),
         "torch_cuda_arch_list": arch_list,
         "cmake_cuda_architectures": cmake,
         "cuda_home": f"{TOOLCHAIN_DIR}/nvidia/cu{major}" if wheels else DEVEL_CUDA_HOME,

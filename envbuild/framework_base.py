@@ -1,10 +1,11 @@
 """Framework bases: a request whose base image already holds the framework [pure].
 
 The facts come from a probe container (`envbuild/payload/base_probe.py`, run by
-`envbuild.app.base_lock`). This module reads them strictly, turns them into the stack the
-lock records (checking the request's framework range, CUDA range, target GPUs and driver
-against them), and gives the constraints that keep extra packages from replacing anything
-the base holds.
+`envbuild.app.base_lock`) or, for an NGC release the matrix knows, from its row in
+matrix/ngc.toml (NVIDIA's release notes). This module reads them strictly, checks a probe
+against the row, turns the facts into the stack the lock records (checking the request's
+framework range, CUDA range, target GPUs and driver against them), and gives the
+constraints that keep extra packages from replacing anything the base holds.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from packaging.version import InvalidVersion, Version
 
 from envbuild.archs import ArchRules, arch_coverage, sort_archs
 from envbuild.errors import EnvbuildError, UnsatisfiableError, UserError
-from envbuild.matrix import CudaRelease, Matrix
+from envbuild.matrix import CudaRelease, Matrix, NgcImage
 from envbuild.models import (
     FRAMEWORK_FLAVOUR,
     BaseFacts,
@@ -30,6 +31,7 @@ from envbuild.models import (
     Stack,
 )
 from envbuild.payload.base_probe import MARKER
+from envbuild.payload.smoke_checks import version_matches
 from envbuild.request import parse_framework_requirement
 from envbuild.resolver.gpus import parse_gpu
 from envbuild.versions import try_version
@@ -116,6 +118,75 @@ def parse_probe(stdout: str, *, ref: str, framework: str, image_id: str = "") ->
     )
 
 
+# --- facts from a matrix row (matrix/ngc.toml) ------------------------------------------------
+
+
+def facts_from_row(row: NgcImage) -> BaseFacts:
+    """What the row says the image holds. No arch list, package list or interpreter path:
+    release notes do not give them (the lock then checks no archs, pins no extra packages,
+    and the image's `python3` on its PATH runs the payload)."""
+    return BaseFacts(
+        source=row.key,
+        framework=row.framework,
+        framework_version=row.framework_version,
+        cuda=row.cuda,
+        cudnn=row.cudnn,
+        nccl=row.nccl,
+        archs=(),
+        python=row.python or "",
+        python_path="",
+        os=row.os or "",
+        has_pip=False,
+    )
+
+
+def _same_build(noted: str, seen: str) -> bool:
+    """Whether the image's version is the release notes' one: the same public version, and
+    the image's local label extends the noted one ("+b4e4ee81d3" -> "+b4e4ee81d3.nv25.12")."""
+    a, b = try_version(noted), try_version(seen)
+    if a is None or b is None or a.public != b.public:
+        return False
+    want, have = (a.local or "").split("."), (b.local or "").split(".")
+    return not a.local or have[: len(want)] == want
+
+
+def row_disagreements(row: NgcImage, facts: BaseFacts) -> list[str]:
+    """Where a probe of the image contradicts the row, one line each ("CUDA: 13.1.0 in the
+    row, 12.8 in the image"); versions compare on the parts both print."""
+    out = []
+    if facts.framework != row.framework:
+        out.append(f"framework: {row.framework} in the row, {facts.framework} probed")
+    elif not _same_build(row.framework_version, facts.framework_version):
+        out.append(
+            f"{row.framework}: {row.framework_version} in the row, "
+            f"{facts.framework_version} in the image"
+        )
+    for label, noted, seen in (
+        ("CUDA", row.cuda, facts.cuda),
+        ("cuDNN", row.cudnn, facts.cudnn),
+        ("NCCL", row.nccl, facts.nccl),
+    ):
+        if noted is not None and not version_matches(noted, seen):
+            out.append(f"{label}: {noted} in the row, {seen or 'none'} in the image")
+    for label, noted, seen in (("Python", row.python, facts.python), ("OS", row.os, facts.os)):
+        if noted is not None and seen and noted != seen:
+            out.append(f"{label}: {noted} in the row, {seen} in the image")
+    return out
+
+
+def check_row(row: NgcImage, facts: BaseFacts, matrix: Matrix, ref: str) -> None:
+    """ProbeError (exit 2) naming the row and the image when the probe contradicts the row."""
+    problems = row_disagreements(row, facts)
+    if problems:
+        raise ProbeError(
+            f"the base {ref} does not hold what {matrix.where(row)} says: {problems[0]}",
+            hint=f"the image differs from its release notes ({row.source}): a re-pushed tag "
+            "or a wrong row; fix the row (an overlay row with the same image replaces it) "
+            "and lock again",
+            fields={"base": ref, "row": row.key, "source": row.source, "problems": problems},
+        )
+
+
 # --- the stack ---------------------------------------------------------------------------------
 
 
@@ -127,23 +198,74 @@ def _cuda_row(matrix: Matrix, cuda: str) -> CudaRelease | None:
     return min(rows, key=lambda r: Version(r.version), default=None)
 
 
-def _floors(request: Request, facts: BaseFacts, row: CudaRelease | None) -> Floors | None:
+def _floors(
+    request: Request, facts: BaseFacts, row: CudaRelease | None, ngc: NgcImage | None
+) -> Floors | None:
     if facts.cuda is None or row is None:
         return None
+    toolkit = row.toolkit_driver
+    if ngc is not None and ngc.driver is not None and Version(ngc.driver) > Version(toolkit):
+        toolkit = ngc.driver  # the release notes ask for more than the CUDA toolkit does
     minor = row.minor_compat_driver
     relied = "toolkit"
     if request.compat == "minor" and minor is not None:
         driver = try_version(request.targets.driver or "")
-        if driver is not None and driver < Version(row.toolkit_driver):
+        if driver is not None and driver < Version(toolkit):
             relied = "minor_compat"
-    return Floors(toolkit=row.toolkit_driver, minor_compat=minor, relied_on=relied)  # type: ignore[arg-type]
+    return Floors(toolkit=toolkit, minor_compat=minor, relied_on=relied)  # type: ignore[arg-type]
+
+
+def _forward_compat(request: Request, ngc: NgcImage | None) -> str | None:
+    """The data-center driver of the row's release notes ("535.86" for "535.86 (or later
+    R535)") that the targets' driver is at or above within its branch; None otherwise. Such a
+    driver runs the container below the CUDA floor only through CUDA forward compatibility
+    on data-center GPUs (https://docs.nvidia.com/deploy/cuda-compatibility/), which the
+    floors envbuild records (and `validate` checks) do not model: it is named, not relied on."""
+    have = try_version(request.targets.driver or "")
+    if ngc is None or have is None:
+        return None
+    for listed in ngc.compat_drivers:
+        floor = Version(listed)
+        if have.release[0] == floor.release[0] and have >= floor:
+            return listed
+    return None
+
+
+def _compat(request: Request, ngc: NgcImage | None, floors: Floors | None) -> list[str]:
+    """A driver below the floor that the release notes allow through forward compatibility:
+    said, so the user knows why envbuild still refuses it."""
+    compat = _forward_compat(request, ngc)
+    if compat is None or ngc is None or floors is None:
+        return []
+    if not _below(request.targets.driver, floors.effective):
+        return []
+    return [
+        f"{ngc.image}'s release notes allow {compat} or later R{compat.split('.')[0]} on "
+        f"data-center GPUs through CUDA forward compatibility ({ngc.source}); envbuild plans "
+        "for the CUDA floor: raise targets.driver to it"
+    ]
+
+
+def _row_target_reasons(request: Request, ngc: NgcImage | None, matrix: Matrix) -> list[str]:
+    """Targets below the release notes' minimum compute capability."""
+    if ngc is None or ngc.min_cc is None:
+        return []
+    out = []
+    for gpu in request.targets.gpus:
+        arch = parse_gpu(matrix, gpu)
+        if Version(arch.cc) < Version(ngc.min_cc):
+            out.append(
+                f"{ngc.image} supports compute capability {ngc.min_cc} and later "
+                f"({ngc.source}); {gpu} is {arch.cc}"
+            )
+    return out
 
 
 def _check_framework(request: Request, facts: BaseFacts, ref: str) -> list[str]:
     name, _extras, spec = parse_framework_requirement(request.framework)
     reasons = []
     if name != facts.framework:
-        reasons.append(f"the request asks for {name}, the base is probed for {facts.framework}")
+        reasons.append(f"the request asks for {name}, the base holds {facts.framework}")
     version = Version(facts.framework_version)
     public = Version(version.public)
     if spec and not any(v in _spec(spec) for v in (version, public, Version(public.base_version))):
@@ -201,30 +323,60 @@ def _below(driver: str | None, floor: str) -> bool:
     return have is not None and have < Version(floor)
 
 
-def stack_for_base(request: Request, facts: BaseFacts, matrix: Matrix) -> Stack:
+def stack_for_base(
+    request: Request, facts: BaseFacts, matrix: Matrix, ngc: NgcImage | None = None
+) -> Stack:
     """The stack a framework base gives, or UnsatisfiableError with every reason it does not
-    fit the request."""
+    fit the request. `ngc`: the base's matrix row (matrix/ngc.toml), whose driver floor,
+    forward-compatible drivers and minimum GPU apply too."""
     ref = request.base or "the base"
     reasons = _check_framework(request, facts, ref)
     row = _cuda_row(matrix, facts.cuda) if facts.cuda else None
     if facts.cuda is not None and row is None:
         reasons.append(f"the matrix has no CUDA {facts.cuda} release to take the driver floor from")
-    floors = _floors(request, facts, row)
+    floors = _floors(request, facts, row, ngc)
     more, target_archs = _check_targets(request, facts, floors, matrix, ref)
-    reasons += more
+    reasons += more + _row_target_reasons(request, ngc, matrix) + _compat(request, ngc, floors)
     if reasons:
         raise UnsatisfiableError(
             f"{ref} does not fit the request: {reasons[0]}",
             hint="pick a base that holds what the targets need, or change the request",
             fields={"reasons": reasons},
         )
-    cuda_mm = ".".join(facts.cuda.split(".")[:2]) if facts.cuda else None
+    notes = _notes(request, facts, floors, matrix, ngc)
+    rows = tuple(r.key for r in (row, ngc) if r is not None)
+    return _base_stack(request, facts, floors, target_archs, notes, rows)
+
+
+def _notes(
+    request: Request,
+    facts: BaseFacts,
+    floors: Floors | None,
+    matrix: Matrix,
+    ngc: NgcImage | None,
+) -> tuple[str, ...]:
+    ref = request.base or "the base"
     notes = [f"framework base {ref}: facts from {facts.source}"]
+    if ngc is not None:
+        how = "facts from" if facts.source == ngc.key else "the probe agrees with"
+        notes[0] = f"framework base {ref}: {how} the matrix row {matrix.where(ngc)} ({ngc.source})"
     if floors is not None and floors.relied_on == "minor_compat":
         notes.append(
             f"relies on minor-version compatibility: driver {request.targets.driver} < CUDA "
             f"{facts.cuda}'s toolkit floor {floors.toolkit}"
         )
+    return tuple(notes)
+
+
+def _base_stack(
+    request: Request,
+    facts: BaseFacts,
+    floors: Floors | None,
+    target_archs: tuple[str, ...],
+    notes: tuple[str, ...],
+    rows: tuple[str, ...],
+) -> Stack:
+    cuda_mm = ".".join(facts.cuda.split(".")[:2]) if facts.cuda else None
     return Stack(
         framework=FrameworkPick(
             name=facts.framework,
@@ -249,8 +401,8 @@ def stack_for_base(request: Request, facts: BaseFacts, matrix: Matrix) -> Stack:
         archs=facts.archs,
         target_archs=target_archs,
         floors=floors,
-        notes=tuple(notes),
-        rows=(row.key,) if row is not None else (),
+        notes=notes,
+        rows=rows,
     )
 
 

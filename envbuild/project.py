@@ -17,9 +17,8 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from envbuild.errors import UserError
-from envbuild.models import DependencyFiles, ProjectSettings, Request
+from envbuild.models import DependencyFiles, ProjectSettings
 from envbuild.request_fields import (
-    RequestOrigin,
     fail,
     read_bool,
     read_str,
@@ -162,31 +161,6 @@ def project_table(pj: Mapping[str, Any] | None, path: str) -> ProjectSettings | 
         command=command_value(path, "project", "command", pj["command"]) if "command" in pj else (),
         ignore=ignore,
     )
-
-
-def check_project_request(request: Request, origin: RequestOrigin) -> None:
-    """Combinations the project keys cannot take: a framework base resolves its extra
-    packages under the base's installed versions and installs no build backend."""
-    if request.base is None:
-        return
-    if request.dependency_files.files:
-        raise origin.fail(
-            "packages",
-            "files",
-            f"files are named, but base = {request.base!r}: a framework base locks only "
-            "[packages] requirements",
-            toml="list the project's requirements in [packages] requirements, or drop base",
-            flags="drop --base",
-        )
-    if request.project is not None and request.project.install:
-        raise origin.fail(
-            "project",
-            "install",
-            f"install = true needs the project's build backend in the lock, which a framework "
-            f"base ({request.base!r}) does not lock",
-            toml="write install = false (the code is copied and run from its folder), or drop base",
-            flags="drop --base",
-        )
 
 
 # --- what the templates see (pure) ---------------------------------------------------------

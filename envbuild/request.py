@@ -376,10 +376,7 @@ def check_request(request: Request, origin: RequestOrigin = FLAGS) -> Request:
     _check_vocabulary(request, origin)
     _check_ranges(request, origin)
     if request.base is not None:
-        from envbuild.project import check_project_request
-
         _check_framework_base(request, origin)
-        check_project_request(request, origin)
     if request.device == "cpu":
         _check_cpu(request, origin)
     elif request.flavour == "cpu":
@@ -402,7 +399,6 @@ def _check_framework_base(request: Request, origin: RequestOrigin) -> None:
         ("python", request.python is not None),
         ("os", request.os is not None),
         ("flavour", request.flavour != "auto"),
-        ("compile_extensions", request.compile_extensions),
     )
     for key, present in given:
         if present:

@@ -5,7 +5,8 @@
 #   build-extensions.sh [pip index options...]
 # with, from the Dockerfile: TORCH_CUDA_ARCH_LIST, CMAKE_CUDA_ARCHITECTURES, CUDA_HOME,
 # ENVBUILD_TOOLCHAIN (devel|wheels), ENVBUILD_GIB_PER_JOB, optional CPATH and
-# ENVBUILD_BUILD_CACHE (a BuildKit cache mount). One requirements file per package in
+# ENVBUILD_BUILD_CACHE (a BuildKit cache mount) and ENVBUILD_INSTALL (no: leave the wheels in
+# /opt/envbuild/built for the final stage, as templates/framework.Dockerfile.j2 does). One requirements file per package in
 # /opt/envbuild/sources/, named <name>-<key>.lock; key = sha256 of the sdist hash, torch and
 # the arch list, so a cached wheel is reused only for exactly the same inputs.
 set -euo pipefail
@@ -28,6 +29,18 @@ export MAX_JOBS=$jobs CMAKE_BUILD_PARALLEL_LEVEL=$jobs
 # Many setup.py files build their CUDA code only when they see a GPU, unless told to.
 export FORCE_CUDA=1
 mem_mib=$((mem_kib / 1024))
+
+nvcc=$(command -v nvcc || true)
+if [ -z "$nvcc" ] && [ -x "$CUDA_HOME/bin/nvcc" ]; then nvcc=$CUDA_HOME/bin/nvcc; fi
+if [ -z "$nvcc" ]; then
+    # A framework base is its own builder: a runtime image (no toolkit) cannot compile.
+    names=$(for s in "$SOURCES"/*.lock; do b=$(basename "$s" .lock); printf '%s\n' "${b%-*}"; done | paste -sd, -)
+    echo "---- last lines of the build of $names: no CUDA compiler ----"
+    echo "envbuild: no nvcc on PATH or in CUDA_HOME=$CUDA_HOME: the builder image is not a CUDA devel image (NGC's framework containers are; nvidia/cuda *-runtime images and slim bases are not)"
+    echo "envbuild-compile-failed package=${names:-none} arch_list='$TORCH_CUDA_ARCH_LIST' max_jobs=$MAX_JOBS mem_available_mib=$mem_mib gpu_probe=no out_of_memory=no nvcc=missing"
+    exit 1
+fi
+echo "envbuild: nvcc $("$nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p') at $nvcc"
 
 if [ "${ENVBUILD_TOOLCHAIN:-devel}" = wheels ]; then
     # The toolkit wheels ship libcudart.so.N only (a wheel holds no symlinks); the linker's
@@ -70,4 +83,7 @@ for spec in "$SOURCES"/*.lock; do
     cp "/tmp/envbuild-wheel/$name"/*.whl "$OUT"/
 done
 # The built wheels, into the venv the final stage copies (their dependencies are in the lock).
-python -m pip install --no-cache-dir --no-deps --no-index "$OUT"/*.whl
+# On a framework base (ENVBUILD_INSTALL=no) the final stage installs them from $OUT itself.
+if [ "${ENVBUILD_INSTALL:-yes}" != no ]; then
+    python -m pip install --no-cache-dir --no-deps --no-index "$OUT"/*.whl
+fi

@@ -14,16 +14,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from packaging.utils import canonicalize_name
-
-from envbuild import framework_base, pydeps
+from envbuild import framework_base
+from envbuild.app import base_extras
 from envbuild.engine import ContainerEngine, RunSpec
-from envbuild.errors import EngineError
+from envbuild.errors import EngineError, UserError
 from envbuild.fsio import write_if_changed
-from envbuild.locations import is_remote, resolve_local
+from envbuild.locations import is_remote
 from envbuild.lockfile import dumps, input_hash, lock_path, regenerate_command, row_fingerprints
-from envbuild.matrix import Matrix
-from envbuild.models import BaseFacts, Lock, LockedPackage, Request
+from envbuild.matrix import Matrix, NgcImage
+from envbuild.models import BaseFacts, Lock, Request
 from envbuild.request import parse_framework_requirement, request_hash
 from envbuild.resources import payload_dir
 
@@ -70,6 +69,90 @@ def probe_base(engine: ContainerEngine, ref: str, framework: str) -> BaseFacts:
     )
 
 
+def read_facts(
+    engine: ContainerEngine,
+    request: Request,
+    framework: str,
+    *,
+    matrix: Matrix,
+    previous: Lock | None = None,
+    offline: bool = False,
+) -> tuple[BaseFacts, str | None, list[str]]:
+    """(facts, registry digest, warnings) of the request's base. A base with a matrix row
+    (matrix/ngc.toml) is probed only when the engine answers and already has it (an NGC image
+    is many GB: the lock does not pull it for the row's facts), and the probe must agree with
+    the row; otherwise the row's facts are recorded, with where they come from."""
+    assert request.base is not None
+    ref = request.base
+    ngc = matrix.ngc_image(ref)
+    if ngc is not None:
+        why = _not_probed(engine, ref)
+        if why:
+            return _row_facts(request, ngc, matrix, why, previous, offline)
+    facts = probe_base(engine, ref, framework)
+    if ngc is not None:
+        framework_base.check_row(ngc, facts, matrix, ref)
+    _image_id, digest = engine.image_ids(ref, pull=False)
+    warnings: list[str] = []
+    if digest is None:
+        warnings.append(
+            f"{ref} has no registry digest (built or loaded here): the lock records "
+            f"its image id {facts.image_id[:19]}, and a build uses whatever the tag names then"
+        )
+    return facts, digest, warnings
+
+
+def _not_probed(engine: ContainerEngine, ref: str) -> str:
+    """Why the image cannot be probed without pulling it; "" when it can."""
+    try:
+        engine.image_ids(ref, pull=False)
+    except EngineError as err:
+        return f"the engine does not answer ({err.message})"
+    except UserError:
+        return f"the engine does not have it (`docker pull {ref}` and lock again to probe it)"
+    return ""
+
+
+def _row_facts(
+    request: Request,
+    ngc: NgcImage,
+    matrix: Matrix,
+    why: str,
+    previous: Lock | None,
+    offline: bool,
+) -> tuple[BaseFacts, str | None, list[str]]:
+    """The row's facts, the digest (the previous lock's for the same ref, else the
+    registry's), and the warning that says where the facts come from."""
+    ref = ngc.image if request.base is None else request.base
+    where = matrix.where(ngc)
+    added = (("[packages]", request.packages), ("[project]", request.project))
+    adds = " and ".join(key for key, value in added if value)
+    if adds or not ngc.python:
+        problem = (
+            f"{adds} go into the Python of {ref}, whose installed versions only a probe of "
+            f"the image reads; {where} cannot stand in for it"
+            if adds
+            else f"{where} does not give the Python of {ref}, and only a probe reads it"
+        )
+        raise UserError(
+            f"{problem}: {why}",
+            hint=f"lock where the engine has the image (`docker pull {ref}`)",
+            fields={"base": ref, "row": ngc.key},
+        )
+    digest = previous.base_digest if previous and previous.stack.base_image.ref == ref else None
+    if digest is None and not offline:
+        from envbuild import registry
+
+        digest = registry.registry_digest(ref)
+    warnings = [f"{ref}: facts from the matrix row {where} ({ngc.source}), not probed: {why}"]
+    if digest is None:
+        warnings.append(
+            f"{ref}: no registry digest ({'--offline' if offline else 'no registry answered'}), "
+            "so the base is not pinned; re-lock where the registry answers to pin it"
+        )
+    return framework_base.facts_from_row(ngc), digest, warnings
+
+
 def lock_framework_base(
     image_dir: Path,
     request: Request,
@@ -86,23 +169,28 @@ def lock_framework_base(
     only when its text changed."""
     assert request.base is not None
     framework, _extras, _spec = parse_framework_requirement(request.framework)
-    facts = probe_base(engine, request.base, framework)
-    framework_base.check_extras(request, facts)
-    stack = framework_base.stack_for_base(request, facts, matrix)
-    _image_id, digest = engine.image_ids(request.base, pull=False)
-    warnings: list[str] = []
-    if digest is None:
-        warnings.append(
-            f"{request.base} has no registry digest (built or loaded here): the lock records "
-            f"its image id {facts.image_id[:19]}, and a build uses whatever the tag names then"
-        )
-    packages, tool = _pin_extras(
-        image_dir, request, facts, previous, upgrade, upgrade_packages, offline, runner
+    ngc = matrix.ngc_image(request.base)
+    facts, digest, warnings = read_facts(
+        engine, request, framework, matrix=matrix, previous=previous, offline=offline
     )
+    stack = framework_base.stack_for_base(request, facts, matrix, ngc)
+    extras = base_extras.lock_extras(
+        image_dir,
+        request,
+        facts,
+        stack,
+        kept=previous.packages if previous is not None and not upgrade else (),
+        upgrade_packages=upgrade_packages,
+        offline=offline,
+        runner=runner,
+    )
+    packages, tool = extras.packages, extras.tool
+    warnings += extras.notes
+    files = extras.project.files if extras.project is not None else ()
     fingerprints = row_fingerprints(stack.rows, matrix.fingerprints())
     lock = Lock(
         name=request.name,
-        input_hash=input_hash(request, fingerprints),
+        input_hash=input_hash(request, fingerprints, files),
         stack=stack,
         targets=request.targets,
         platform=request.platform,
@@ -117,41 +205,10 @@ def lock_framework_base(
         request_hash=request_hash(request),
         row_fingerprints=tuple(sorted(fingerprints.items())),
         base_facts=facts,
+        project=request.project,
+        input_files=files,
+        build=extras.build,
     )
     text = dumps(lock, command=regenerate_command(image_dir))
     written = write_if_changed(lock_path(image_dir), text)
     return lock, text, tuple(warnings), tool, written
-
-
-def _pin_extras(
-    image_dir: Path,
-    request: Request,
-    facts: BaseFacts,
-    previous: Lock | None,
-    upgrade: bool,
-    upgrade_packages: Sequence[str],
-    offline: bool,
-    runner: Any,
-) -> tuple[tuple[LockedPackage, ...], str]:
-    """The extra packages with hashes, resolved under the base's installed versions (so none
-    of them is replaced), for the base's Python; minus what the base already holds."""
-    if not request.packages:
-        return (), ""
-    upgrade_set = {str(canonicalize_name(n)) for n in upgrade_packages}
-    kept = previous.packages if previous is not None and not upgrade else ()
-    pinned = pydeps.pin(
-        pydeps.PinRequest(
-            requirements=request.packages,
-            python=facts.python,
-            platform=request.platform,
-            index_url=request.indexes.index_url,
-            extra_index_urls=request.indexes.extra_index_urls,
-            find_links=tuple(resolve_local(f, image_dir) for f in request.indexes.find_links),
-            preferences=tuple(p for p in kept if p.name not in upgrade_set),
-            upgrade_packages=tuple(sorted(upgrade_set)),
-            offline=offline,
-            constraints=framework_base.constraints(facts),
-        ),
-        runner=runner,
-    )
-    return framework_base.extras_only(pinned.packages, facts), pinned.tool

@@ -21,9 +21,11 @@ from urllib.parse import unquote, urlsplit
 
 from envbuild import extensions, pydeps
 from envbuild.errors import EnvbuildError, LockError, PinError, UnsatisfiableError
-from envbuild.models import ExtensionBuild, LockedPackage, Request, Stack
+from envbuild.models import FRAMEWORK_FLAVOUR, ExtensionBuild, LockedPackage, Request, Stack
 
 Pin = Callable[[pydeps.PinRequest], pydeps.PinResult]
+Held = Callable[[str], bool]
+"""True for a requirement line that needs no pin (a framework base already satisfies it)."""
 MAX_ROUNDS = 8
 """uv names one wheel-less requirement per failed resolution; a request with more than this
 many is refused rather than looped on."""
@@ -37,9 +39,12 @@ class SourcePins:
     notes: tuple[str, ...] = ()
 
 
-def pin_allowing_sources(pin: Pin, req: pydeps.PinRequest, request: Request) -> SourcePins:
+def pin_allowing_sources(
+    pin: Pin, req: pydeps.PinRequest, request: Request, *, drop: Held | None = None
+) -> SourcePins:
     """`pin(req)`; where uv answers that a requirement only has an sdist, lock it from that
-    sdist when the request compiles extensions (else the error says how to allow it)."""
+    sdist when the request compiles extensions (else the error says how to allow it).
+    `drop`: the sdist's dependencies that need no resolving (a framework base holds them)."""
     meta: dict[str, pydeps.DependencyMetadata] = {}
     read: dict[str, extensions.SdistMetadata] = {}
     pinned_versions: dict[str, str] = {}
@@ -73,7 +78,8 @@ def pin_allowing_sources(pin: Pin, req: pydeps.PinRequest, request: Request) -> 
                     hint="run with ENVBUILD_DEBUG=1 and report it",
                 )
             read[name] = _read_sdist(name, urls[name], pkg.hashes, offline=req.offline)
-            meta[name] = pydeps.DependencyMetadata(name, pkg.version, read[name].requires_dist)
+            needs = tuple(r for r in read[name].requires_dist if drop is None or not drop(r))
+            meta[name] = pydeps.DependencyMetadata(name, pkg.version, needs)
             pinned_versions[name] = pkg.version
     raise LockError(
         f"more than {MAX_ROUNDS} requirements have no wheel for this image: "
@@ -178,10 +184,13 @@ def lock_build(
     base: pydeps.PinRequest,
     stack: Stack,
     packages: Sequence[LockedPackage],
+    *,
+    drop: Held | None = None,
 ) -> ExtensionBuild | None:
     """[build] for a lock whose `packages` hold sdists (None when none): the toolchain (a
-    devel builder image, else NVIDIA's toolkit wheels) and the builder-only pins, pinned
-    against the image's own pins."""
+    devel builder image, a framework base's own toolkit, else NVIDIA's toolkit wheels) and
+    the builder-only pins, pinned against the image's own pins; `drop`: build requirements
+    that need no pin (a framework base already holds them)."""
     sources = [p for p in packages if p.sdist]
     if not sources:
         return None
@@ -196,10 +205,13 @@ def lock_build(
     runtime = {p.name: p for p in packages if not p.sdist}
     constraints = tuple(f"{p.name}=={p.version}" for p in sorted(runtime.values(), key=_name))
     toolchain: tuple[LockedPackage, ...] = ()
-    mode = "devel" if stack.base_image.builder else "wheels"
+    # A framework base is its own builder: NGC's framework containers are devel images (nvcc
+    # and the CUDA headers in /usr/local/cuda), and their torch is the one to compile against.
+    own = stack.base_image.builder or stack.flavour == FRAMEWORK_FLAVOUR
+    mode = "devel" if own else "wheels"
     if mode == "wheels":
         toolchain = _pin_toolchain(pin, base, stack, list(runtime.values()), constraints)
-    wanted = sorted({r for p in sources for r in p.build_requires})
+    wanted = sorted({r for p in sources for r in p.build_requires if drop is None or not drop(r)})
     build_deps = _pin_part(pin, base, tuple(wanted), constraints) if wanted else ()
     extra = {p.name: p for p in (*toolchain, *build_deps) if p.name not in runtime}
     return ExtensionBuild(

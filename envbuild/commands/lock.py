@@ -114,7 +114,8 @@ def command(
     verb = "wrote" if outcome.status == "written" else "unchanged"
     console.line(
         f"{verb} {outcome.path}: {what}, CUDA {stack.cuda or '-'}, Python {stack.python}, "
-        f"{len(outcome.lock.packages)} packages pinned by {outcome.tool}"
+        f"{len(outcome.lock.packages)} packages"
+        + (f" pinned by {outcome.tool}" if outcome.tool else "")
     )
     console.line(
         f"  base: {stack.base_image.ref}" + ("" if outcome.lock.base_digest else " (unpinned)")

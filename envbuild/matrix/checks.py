@@ -25,6 +25,7 @@ from envbuild.matrix.rows import (
     KnownIssue,
     LibRelease,
     Matrix,
+    NgcImage,
     OsImage,
     OtherVendorGpu,
     _lib_match,
@@ -44,6 +45,9 @@ _DRIVER_RE = re.compile(r"^\d{1,6}(\.\d{1,6}){0,2}$")
 _REQUIRE_CUDA_RE = re.compile(r"^cuda>=(\d+\.\d+)((?: brand=[a-z]+,driver>=\d+,driver<\d+)*)$")
 _FLAVOUR_OS_RE = re.compile(rf"^({'|'.join(IMAGE_FLAVOURS)})-(.+)$")
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_-]*$")
+_TAGGED_REF_RE = re.compile(r"^[a-z0-9][a-z0-9._/-]*(:[0-9]+)?/[a-z0-9._/-]+:[A-Za-z0-9._-]+$")
+_RELEASE_RE = re.compile(r"^\d{2}\.\d{2}$")
+_OS_RE = re.compile(r"^[a-z]+\d+(\.\d+)?$")
 
 
 # --- per-row value checks (pure; each yields problem texts) --------------------------------------
@@ -298,6 +302,36 @@ def _check_baseline(row: AnyRow) -> Iterable[str]:
             yield f"{what} must be > 0"
 
 
+def _check_ngc(row: AnyRow) -> Iterable[str]:
+    assert isinstance(row, NgcImage)
+    yield from _common(row)
+    if not _TAGGED_REF_RE.match(row.image):
+        yield f"image {row.image!r} must be a tagged reference like 'nvcr.io/nvidia/pytorch:25.12-py3'"
+    elif not _RELEASE_RE.match(row.release):
+        yield f"release {row.release!r} must be NGC's yy.mm like '25.12'"
+    elif not row.image.rsplit(":", 1)[1].startswith(f"{row.release}-"):
+        yield f"image {row.image!r} is not tagged with release {row.release}"
+    if not _NAME_RE.match(row.framework):
+        yield f"framework {row.framework!r} must be a lower-case name like 'torch'"
+    try:
+        _ver(row.framework_version)
+    except InvalidVersion:
+        yield f"framework_version {row.framework_version!r} is not a version (PEP 440)"
+    if not _version_ok(row.cuda, parts=(3,)):
+        yield f"cuda {row.cuda!r} must be a full release like '13.1.0'"
+    if row.python is not None and not _MAJOR_MINOR_RE.match(row.python):
+        yield f"python {row.python!r} must be major.minor like '3.12'"
+    if row.os is not None and not _OS_RE.match(row.os):
+        yield f"os {row.os!r} must look like 'ubuntu24.04'"
+    if not _version_ok(row.cudnn) or not _version_ok(row.nccl):
+        yield "cudnn and nccl must be versions like '9.17.0.29'"
+    for drv in (row.driver, *row.compat_drivers):
+        if drv is not None and not _DRIVER_RE.match(drv):
+            yield f"driver {drv!r} is not a driver version like '570' or '535.86'"
+    if row.min_cc is not None and not _CC_RE.match(row.min_cc):
+        yield f"min_cc {row.min_cc!r} must look like '7.5'"
+
+
 _ROW_CHECKS: dict[type, Callable[[AnyRow], Iterable[str]]] = {
     CudaRelease: _check_cuda,
     Arch: _check_arch,
@@ -310,6 +344,7 @@ _ROW_CHECKS: dict[type, Callable[[AnyRow], Iterable[str]]] = {
     HostPlatform: _check_host_platform,
     OtherVendorGpu: _check_other_vendor,
     KnownIssue: _check_issue,
+    NgcImage: _check_ngc,
 }
 
 
@@ -346,7 +381,25 @@ def check_matrix(matrix: Matrix) -> list[str]:
     out.extend(_pypi_default_problems(matrix, releases))
     out.extend(_cuda_image_problems(matrix))
     out.extend(_gpu_name_problems(matrix))
+    out.extend(_ngc_problems(matrix, releases))
     return out
+
+
+def _ngc_problems(matrix: Matrix, releases: dict[str, list[FrameworkRelease]]) -> Iterable[str]:
+    """An NGC image's CUDA and framework against the other files; its cuDNN/NCCL against
+    the CUDA ranges of their rows."""
+    for row in matrix.ngc_images:
+        if matrix.cuda_release(row.cuda) is None:
+            yield f"{matrix.where(row)}: cuda {row.cuda} is not in cuda.toml"
+        if releases and row.framework not in releases:
+            yield f"{matrix.where(row)}: framework {row.framework!r} has no <framework>.toml"
+        for lib_name, version in (("cudnn", row.cudnn), ("nccl", row.nccl)):
+            lib = _lib_match(matrix.libs, lib_name, version) if version else None
+            if lib is not None and not _spec(lib.cuda).contains(_ver(row.cuda), prereleases=True):
+                yield (
+                    f"{matrix.where(row)}: {lib_name} {version} has builds for CUDA {lib.cuda} "
+                    f"only ({matrix.where(lib)})"
+                )
 
 
 def _gpu_name_problems(matrix: Matrix) -> Iterable[str]:
@@ -482,7 +535,8 @@ def matrix_warnings(matrix: Matrix) -> list[str]:
     for r in matrix.releases:
         if not matrix.builds_for(r.framework, r.version):
             out.append(f"{w(r)}: no [[build]] covers this release")
-    for img in matrix.cuda_images:
+    images: tuple[CudaImage | NgcImage, ...] = (*matrix.cuda_images, *matrix.ngc_images)
+    for img in images:
         for lib_name, v in (("cudnn", img.cudnn), ("nccl", img.nccl)):
             if v is not None and _lib_match(matrix.libs, lib_name, v) is None:
                 out.append(f"{w(img)}: {lib_name} {v} has no row in {lib_name}.toml")

@@ -27,6 +27,7 @@ from envbuild.matrix.rows import (
     KnownIssue,
     LibRelease,
     Matrix,
+    NgcImage,
     OsImage,
     OtherVendorGpu,
     _major_of,
@@ -42,6 +43,7 @@ _CORE_FILES = (
     "cuda_images.toml",
     "os_images.toml",
     "baselines.toml",
+    "ngc.toml",
 )
 
 
@@ -86,6 +88,8 @@ def _label(row: AnyRow) -> str:
         return row.vendor
     if isinstance(row, KnownIssue):
         return f"{row.framework} {row.versions} on {', '.join(row.archs)}"
+    if isinstance(row, NgcImage):
+        return row.image
     return row.gpu
 
 
@@ -189,6 +193,7 @@ def _build(rows: Sequence[_Row]) -> Matrix:
         host_platforms=tuple(groups[HostPlatform]),
         other_vendors=tuple(groups[OtherVendorGpu]),
         issues=tuple(groups[KnownIssue]),
+        ngc_images=tuple(groups[NgcImage]),
         schema_version=MATRIX_SCHEMA_VERSION,
         origins=origins,
     )
@@ -206,6 +211,7 @@ _ROW_TYPES: tuple[type, ...] = (
     HostPlatform,
     OtherVendorGpu,
     KnownIssue,
+    NgcImage,
 )
 
 
@@ -255,6 +261,8 @@ def _collect_file(name: str, data: dict[str, Any], out: _Collected) -> None:
         tables = {"os": (OsImage, {})}
     elif base == "baselines.toml":
         tables = {"baseline": (GpuBaseline, {})}
+    elif base == "ngc.toml":
+        tables = {"image": (NgcImage, {})}
     elif "framework" in data:
         fw = data["framework"]
         allowed_top |= {"framework"}
@@ -328,6 +336,8 @@ def _raw_label(cls: type, raw: dict[str, Any], injected: dict[str, Any]) -> str:
         return g("vendor")
     if cls is KnownIssue:
         return f"{g('framework')} {g('versions')}"
+    if cls is NgcImage:
+        return g("image")
     return g("gpu")
 
 

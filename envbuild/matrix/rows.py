@@ -362,8 +362,46 @@ class KnownIssue:
 
 ISSUE_EFFECTS = ("no_ptx_jit",)
 
+
+@dataclass(frozen=True)
+class NgcImage:
+    """One NGC framework container release (nvcr.io/nvidia/pytorch:25.12-py3) and what its
+    release notes say it holds. Fields the page does not give stay None."""
+
+    image: str
+    """The exact reference: "nvcr.io/nvidia/pytorch:25.12-py3"."""
+    release: str
+    """NGC's yy.mm: "25.12"."""
+    framework: str
+    """The import name: "torch", "jax", "tensorflow"."""
+    framework_version: str
+    """As the release notes print it: "2.10.0a0+b4e4ee81d3"."""
+    cuda: str
+    """ "13.1.0"."""
+    source: str
+    python: str | None = None
+    """ "3.12"."""
+    os: str | None = None
+    """ "ubuntu24.04"."""
+    cudnn: str | None = None
+    nccl: str | None = None
+    driver: str | None = None
+    """The release notes' "requires NVIDIA Driver release N or later"."""
+    compat_drivers: tuple[str, ...] = ()
+    """Data-center drivers the notes allow through forward compatibility: "535.86" stands
+    for "535.86 (or later R535)"."""
+    min_cc: str | None = None
+    """The notes' "supports CUDA compute capability X and later"."""
+    confidence: str = "high"
+    note: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"ngc:{self.image}"
+
+
 Row = CudaRelease | Arch | FrameworkRelease | FrameworkBuild | LibRelease | CudaImage
-AnyRow = Row | OsImage | GpuBaseline | HostPlatform | OtherVendorGpu | KnownIssue
+AnyRow = Row | OsImage | GpuBaseline | HostPlatform | OtherVendorGpu | KnownIssue | NgcImage
 
 
 @dataclass(frozen=True)
@@ -381,6 +419,7 @@ class Matrix:
     host_platforms: tuple[HostPlatform, ...] = ()
     other_vendors: tuple[OtherVendorGpu, ...] = ()
     issues: tuple[KnownIssue, ...] = ()
+    ngc_images: tuple[NgcImage, ...] = ()
     schema_version: int = 1
     origins: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
     """row key -> "file: table[n] (label)" where it was read (for messages)."""
@@ -406,6 +445,7 @@ class Matrix:
             self.host_platforms,
             self.other_vendors,
             self.issues,
+            self.ngc_images,
         )
 
     def counts(self) -> dict[str, int]:
@@ -420,6 +460,7 @@ class Matrix:
             "cuda_images": len(self.cuda_images),
             "os_images": len(self.os_images),
             "baselines": len(self.baselines),
+            "ngc_images": len(self.ngc_images),
         }
 
     def where(self, row: AnyRow) -> str:
@@ -458,6 +499,12 @@ class Matrix:
             for b in self.builds
             if b.framework == framework and _spec(b.versions).contains(v, prereleases=True)
         )
+
+    def ngc_image(self, ref: str) -> NgcImage | None:
+        """The NGC row of an image reference, exact ("nvcr.io/nvidia/pytorch:25.12-py3"); a
+        digest after the tag ("...-py3@sha256:...") is ignored: it pins the same tag."""
+        name = ref.split("@", 1)[0]
+        return next((row for row in self.ngc_images if row.image == name), None)
 
     def lib(self, library: str, version: str) -> LibRelease | None:
         """The cudnn/nccl row a build's version refers to: exact, else the longest row whose

@@ -9,7 +9,10 @@ import dataclasses
 import hashlib
 
 from envbuild.models import (
+    FRAMEWORK_FLAVOUR,
+    BaseFacts,
     BaseImage,
+    ExtensionBuild,
     Floors,
     FrameworkPick,
     Indexes,
@@ -162,10 +165,89 @@ def project_lock() -> Lock:
     )
 
 
+NGC_REF = "nvcr.io/nvidia/pytorch:25.09-py3"
+
+
+def framework_lock() -> Lock:
+    """A framework base (an NGC PyTorch container): its torch, CUDA and Python, as probed."""
+    facts = BaseFacts(
+        source="probe",
+        framework="torch",
+        framework_version="2.9.0a0+50eac811a6.nv25.09",
+        cuda="13.0",
+        cudnn="9.13.0",
+        nccl="2.27.7",
+        archs=("compute_120", "sm_100", "sm_110", "sm_120", "sm_80", "sm_86", "sm_90"),
+        python="3.12",
+        python_path="/usr/bin/python",
+        os="ubuntu24.04",
+        image_id="sha256:" + "1" * 64,
+        packages=(("ninja", "1.13.0"), ("setuptools", "78.1.1"), ("torch", "2.9.0a0")),
+    )
+    base = BaseImage(
+        ref=NGC_REF, flavour=FRAMEWORK_FLAVOUR, os="ubuntu24.04", require_cuda="cuda>=13.0"
+    )
+    g = gpu_lock()
+    stack = dataclasses.replace(
+        g.stack,
+        framework=FrameworkPick(
+            name="torch",
+            version=facts.framework_version,
+            variant="base",
+            requirement=f"torch=={facts.framework_version}",
+            pypi_default=False,
+        ),
+        cuda="13.0",
+        python="3.12",
+        flavour=FRAMEWORK_FLAVOUR,
+        base_image=base,
+        archs=facts.archs,
+        target_archs=("sm_90",),
+    )
+    return dataclasses.replace(
+        g, name="ngc-torch", stack=stack, packages=(), base_facts=facts, base_digest=None
+    )
+
+
+def framework_ext_lock() -> Lock:
+    """A framework base compiling a CUDA extension from its sdist with the base's own nvcc
+    and torch, with one extra wheel and one build requirement the base lacks."""
+    f = framework_lock()
+    sdist = dataclasses.replace(
+        _pkg("envbuild-vecadd", "0.1.0", "wheels"),
+        sdist=True,
+        build_requires=("ninja", "setuptools>=77", "torch", "wheel"),
+    )
+    return dataclasses.replace(
+        f,
+        name="ngc-torch-ext",
+        packages=(sdist, _pkg("einops", "0.8.1")),
+        build=ExtensionBuild(
+            toolchain="devel",
+            cuda_archs=("sm_90", "compute_90"),
+            packages=(_pkg("wheel", "0.45.1"),),
+        ),
+    )
+
+
+def framework_project_lock() -> Lock:
+    """A framework base with a project installed (--no-deps; its build backend is the base's
+    setuptools) and its own command and smoke step."""
+    return dataclasses.replace(
+        framework_lock(),
+        name="ngc-torch-project",
+        packages=(_pkg("tqdm", "4.67.1"),),
+        project=ProjectSettings(path=".", install=True, command=("python", "-m", "train")),
+        smoke=SmokeSettings(command=("python", "-m", "train", "--steps", "5")),
+    )
+
+
 FIXTURES = {
     "fixture-gpu": gpu_lock,
     "fixture-cpu": cpu_lock,
     "fixture-devel": devel_lock,
     "fixture-plain": plain_lock,
     "fixture-project": project_lock,
+    "fixture-framework-ext": framework_ext_lock,
+    "fixture-framework-project": framework_project_lock,
 }

@@ -2,17 +2,26 @@
 lock` on it, `envbuild image` (build -> smoke in the container on the GPU -> tag), `envbuild
 validate IMAGE`, and the faults that must leave no tag and no container.
 
+The base is a devel framework base, as NGC's PyTorch containers are (make_torch_base.py
+--devel: the machine's CUDA toolkit and compiler beside its torch), so two more requests run
+on it: a torch extension compiled from its sdist in the build (images/torch-ext's
+envbuild-vecadd, with the base's nvcc and torch) whose kernel the smoke's tier 2 calls in the
+container on the GPU, and a project (images/torch-project) installed with --no-deps whose own
+smoke command trains on the GPU in the container. Both lock with `--offline`: the machine
+reaches no index, and what the base holds is not resolved again.
+
 Run by tests/gpu/h200_image_e2e.sh once the engine is up (DOCKER_HOST), with the Python that
 holds the machine's torch. Writes into $OUT: h200-image-e2e.json (`image --json` of the pass),
-h200-validate-image.json, h200-faults.json, h200-timings.json, h200-engine.json. Exit 0 when
-every step did what it must. Without a GPU (no nvidia-smi) it runs the CPU path and skips
-the faults that need one: a dry run of everything else.
+h200-validate-image.json, h200-faults.json, h200-timings.json, h200-engine.json,
+h200-torch-ext-image.json, h200-torch-project-image.json. Exit 0 when every step did what it
+must. Without a GPU (no nvidia-smi) it runs the CPU path and skips the faults that need one:
+a dry run of everything else. BASE_TAG names an existing base to use instead of making one;
+E2E_STEPS (comma-separated: main, ext, project) picks the parts to run.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import re
@@ -27,7 +36,8 @@ REPO = Path(__file__).resolve().parents[2]
 OUT = Path(os.environ.get("OUT") or REPO / ".e2e" / "h200")
 WORK = Path(os.environ.get("E2E_WORK", "/tmp/h200-e2e"))
 CDI_SPEC = Path(os.environ.get("CDI_DIR", "/etc/cdi")) / "nvidia.yaml"
-BASE_TAG = "h200-standin/torch-base:1"
+BASE_TAG = os.environ.get("BASE_TAG") or "h200-standin/torch-devel:1"
+STEPS = set((os.environ.get("E2E_STEPS") or "main,ext,project").split(","))
 OTHER_TAG = "h200-standin/torch-other:1"
 TAG = "envbuild-h200/torch-base"
 CLI = "import sys; from envbuild.cli import main; sys.argv[0] = 'envbuild'; main()"
@@ -122,11 +132,11 @@ def other_version(version: str) -> str:
 
 def make_bases(results: dict[str, Any]) -> None:
     log(f"making {BASE_TAG} from {sys.executable}")
-    if os.environ.get("REUSE_BASE") and tag_exists(BASE_TAG):
+    if (os.environ.get("REUSE_BASE") or os.environ.get("BASE_TAG")) and tag_exists(BASE_TAG):
         step: dict[str, Any] = {"rc": 0, "seconds": 0, "json": {"reused": True}, "stderr_tail": []}
     else:
         script = str(REPO / "tests/gpu/make_torch_base.py")
-        step = run([sys.executable, script, BASE_TAG], timeout=1200)
+        step = run([sys.executable, script, "--devel", BASE_TAG], timeout=1200)
     results["base"] = {
         "rc": step["rc"],
         "seconds": step["seconds"],
@@ -135,12 +145,21 @@ def make_bases(results: dict[str, Any]) -> None:
         "stderr_tail": step["stderr_tail"],
     }
     log(f"  -> {results['base']}")
-    spec = importlib.util.find_spec("torch")
-    assert spec is not None and spec.submodule_search_locations
-    version_py = Path(next(iter(spec.submodule_search_locations))) / "version.py"
-    import torch  # the version string only; no CUDA call
-
-    other = other_version(torch.__version__)
+    # The base's torch, asked in the base (the dry run's base is not this Python's).
+    asked = docker(
+        "run",
+        "--rm",
+        BASE_TAG,
+        "python3",
+        "-c",
+        "import torch, os; print(torch.__version__, os.path.dirname(torch.__file__))",
+    )
+    version, torch_dir = [*(asked["stdout_tail"] or ["0.0.0 /nowhere"])[-1].split(), "/x"][:2]
+    results["base"]["nvcc"] = docker(
+        "run", "--rm", BASE_TAG, "sh", "-c", "nvcc --version | tail -2"
+    )["stdout_tail"]
+    version_py = Path(torch_dir) / "version.py"
+    other = other_version(version)
     dockerfile = (
         f"FROM {BASE_TAG}\n"
         f"RUN sed -i \"s/^__version__ = .*/__version__ = '{other}'/\" {version_py}\n"
@@ -155,14 +174,18 @@ def make_bases(results: dict[str, Any]) -> None:
     results["other_base"] = {
         "rc": env_step.returncode,
         "torch": other,
-        "holds_instead_of": torch.__version__,
+        "holds_instead_of": version,
         "stderr_tail": env_step.stderr.strip().splitlines()[-5:],
     }
 
 
 def image(folder: Path, tag: str, *extra: str, expect: int, lock_sha: str) -> dict[str, Any]:
     again = ("--resmoke",) if expect else ()
-    step = envbuild("image", str(folder), "--tag", tag, "--json", *again, *extra, timeout=1500)
+    # E2E_IMAGE_ARGS: more flags for every build (a dry run behind a proxy: --ca-cert FILE).
+    more = tuple(os.environ.get("E2E_IMAGE_ARGS", "").split())
+    step = envbuild(
+        "image", str(folder), "--tag", tag, "--json", *again, *extra, *more, timeout=1500
+    )
     step["expected_rc"] = expect
     step["tag_exists"] = tag_exists(tag)
     step["containers_left"] = containers(f"envbuild.lock.sha256={lock_sha}")
@@ -197,6 +220,111 @@ def faults(folder: Path, device: dict[str, str] | None, lock_sha: str) -> dict[s
     return out
 
 
+def targets_lines(device: dict[str, str] | None) -> list[str]:
+    if device is None:
+        return []
+    name = re.sub(r"\s+\d+GB.*$", "", device["name"])
+    return ["[targets]", f'gpus = ["{name}"]', f'driver = "{device["driver"]}"', ""]
+
+
+def stage_timings(step: dict[str, Any]) -> dict[str, Any]:
+    """`envbuild image --json`'s own per-stage seconds, and the whole CLI's."""
+    doc = step.get("json") or {}
+    return {
+        "build_s": doc.get("build_s"),
+        "smoke_s": doc.get("smoke_s"),
+        "tag_s": doc.get("tag_s"),
+        "image_cli_s": step.get("seconds"),
+    }
+
+
+def offline(device: dict[str, str] | None) -> tuple[str, ...]:
+    """The GPU machine reaches no index: lock from the wheelhouse and the base alone. (The dry
+    run without a GPU reads PyPI for what its CPU base lacks.)"""
+    return ("--offline",) if device is not None else ()
+
+
+def ext_checks(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The smoke's checks of the compiled extension (tier 1 ext-archs, tier 2 ext-smoke)."""
+    checks = (doc.get("smoke") or {}).get("checks") or []
+    return [c for c in checks if str(c.get("name", "")).startswith(("ext-archs", "ext-smoke"))]
+
+
+def ext_request(device: dict[str, str] | None) -> dict[str, Any]:
+    """images/torch-ext's extension on the devel base: its sdist from the example's wheelhouse,
+    compiled in the build with the base's nvcc and torch; the smoke calls its kernel."""
+    folder = WORK / "torch-ext"
+    shutil.copytree(REPO / "images/torch-ext/wheels", folder / "wheels")
+    lines = ["[image]", f'base = "{BASE_TAG}"', "compile_extensions = true"]
+    lines += ['device = "cpu"', ""] if device is None else [""]
+    lines += ["[framework]", 'requirement = "torch"', ""]
+    lines += ["[packages]", 'requirements = ["envbuild-vecadd==0.1.0"]', ""]
+    lines += ["[indexes]", 'find_links = ["wheels"]', ""]
+    lines += [*targets_lines(device), "[smoke]", "tier = 2"]
+    (folder / "envbuild.toml").write_text("\n".join(lines) + "\n")
+    out: dict[str, Any] = {"lock": envbuild("lock", str(folder), *offline(device))}
+    lock_path = folder / "envbuild.lock"
+    out["lock_text"] = lock_path.read_text() if lock_path.exists() else None
+    if out["lock"]["rc"] != 0:
+        out["ok"] = device is None and out["lock"]["rc"] == 2  # CPU: no target GPUs to build for
+        return out
+    sha = hashlib.sha256(lock_path.read_bytes()).hexdigest()
+    wheels = str(folder / "wheels")
+    step = image(folder, f"{TAG}:ext", "--find-links", wheels, expect=0, lock_sha=sha)
+    doc = step.get("json") or {}
+    out["image"] = step
+    out["timings"] = stage_timings(step)
+    out["ext_checks"] = ext_checks(doc)
+    passed = [c for c in out["ext_checks"] if c.get("status") == "pass"]
+    out["ok"] = bool(step["ok"]) and len(passed) == len(out["ext_checks"]) >= 2
+    return out
+
+
+PROJECT_BUILD = """[build-system]
+# setuptools, which the base holds (the machine reaches no index for hatchling)
+requires = ["setuptools>=61"]
+build-backend = "setuptools.build_meta"
+"""
+
+
+def project_request(device: dict[str, str] | None) -> dict[str, Any]:
+    """images/torch-project on the devel base: its pyproject.toml dependencies (all held by
+    the base), installed with --no-deps, its own smoke command run in the container."""
+    folder = WORK / "torch-project"
+    src = REPO / "images/torch-project"
+    shutil.copytree(src / "src", folder / "src")
+    text = (src / "pyproject.toml").read_text()
+    out: dict[str, Any] = {}
+    # Its own hatchling backend is in neither the base nor a wheelhouse: refused at lock.
+    (folder / "pyproject.toml").write_text(text)
+    lines = ["[image]", f'base = "{BASE_TAG}"']
+    lines += ['device = "cpu"', ""] if device is None else [""]
+    lines += ["[framework]", 'requirement = "torch"', ""]
+    lines += ["[packages]", 'files = ["pyproject.toml"]', 'extras = ["train"]', ""]
+    lines += ["[project]", 'path = "."', 'command = ["python", "-m", "torch_project.train"]', ""]
+    lines += [*targets_lines(device), "[smoke]", "tier = 1"]
+    lines += ['command = "python -m torch_project.train --steps 50"']
+    (folder / "envbuild.toml").write_text("\n".join(lines) + "\n")
+    out["lock_hatchling"] = envbuild("lock", str(folder), *offline(device))
+    body = text[text.index("[project]") :].split("[tool.hatch", 1)[0]
+    (folder / "pyproject.toml").write_text(PROJECT_BUILD + "\n" + body)
+    out["lock"] = envbuild("lock", str(folder), *offline(device))
+    lock_path = folder / "envbuild.lock"
+    out["lock_text"] = lock_path.read_text() if lock_path.exists() else None
+    if out["lock"]["rc"] != 0:
+        out["ok"] = False
+        return out
+    sha = hashlib.sha256(lock_path.read_bytes()).hexdigest()
+    step = image(folder, f"{TAG}:project", expect=0, lock_sha=sha)
+    out["image"] = step
+    out["timings"] = stage_timings(step)
+    command = (step.get("json") or {}).get("smoke_command") or {}
+    out["smoke_command"] = command
+    refused = device is None or out["lock_hatchling"]["rc"] != 0  # offline on the GPU machine
+    out["ok"] = bool(step["ok"]) and refused and bool(command.get("ok"))
+    return out
+
+
 def metrics(report: dict[str, Any] | None) -> dict[str, Any]:
     report = report or {}
     values = report.get("metrics") or {}
@@ -224,11 +352,14 @@ def save(results: dict[str, Any]) -> None:
     """Every output file from what is known so far: a run cut short still leaves its part."""
     passing = results.get("image") or {}
     validate = results.get("validate") or {}
+    mine = ("faults", "image", "ext", "project")
     files = {
         "h200-image-e2e.json": passing.get("json") or passing,
         "h200-validate-image.json": validate.get("json") or validate,
         "h200-faults.json": results.get("faults") or {},
-        "h200-timings.json": {k: v for k, v in results.items() if k not in ("faults", "image")},
+        "h200-timings.json": {k: v for k, v in results.items() if k not in mine},
+        "h200-torch-ext-image.json": results.get("ext") or {},
+        "h200-torch-project-image.json": results.get("project") or {},
     }
     for name, doc in files.items():
         (OUT / name).write_text(json.dumps(doc, indent=2) + "\n")
@@ -243,6 +374,7 @@ def summary(results: dict[str, Any]) -> None:
         "image_cli_s": (results.get("image") or {}).get("seconds"),
         "build_s": doc.get("build_s"),
         "smoke_in_container_s": doc.get("smoke_s"),
+        "tag_s": doc.get("tag_s"),
         "validate_cli_s": (results.get("validate") or {}).get("seconds"),
         "smoke_on_host_cli_s": host.get("seconds"),
         "container": metrics(doc.get("smoke")),
@@ -252,12 +384,33 @@ def summary(results: dict[str, Any]) -> None:
 
 def main() -> int:
     OUT.mkdir(parents=True, exist_ok=True)
-    folder = WORK / "torch-base"
     shutil.rmtree(WORK, ignore_errors=True)
     device = gpu()
     log(f"GPU: {device}")
     results: dict[str, Any] = {"gpu": device}
     make_bases(results)
+    checks: dict[str, bool] = {}
+    # The new requests first: a run cut short still has them.
+    if "ext" in STEPS:
+        results["ext"] = ext_request(device)
+        checks["ext"] = bool(results["ext"]["ok"])
+        save(results)
+    if "project" in STEPS:
+        results["project"] = project_request(device)
+        checks["project"] = bool(results["project"]["ok"])
+        save(results)
+    if "main" in STEPS:
+        checks.update(main_request(results, device))
+    checks["no_smoke_containers_left"] = containers("envbuild.role=smoke") == 0
+    results["checks"] = checks
+    save(results)
+    log(f"checks: {checks}")
+    return 0 if all(checks.values()) else 1
+
+
+def main_request(results: dict[str, Any], device: dict[str, str] | None) -> dict[str, bool]:
+    """The framework's own request on the base: lock, image, validate, host smoke, faults."""
+    folder = WORK / "torch-base"
     write_request(folder, device)
     (OUT / "h200-engine.json").write_text(json.dumps(engine_facts(folder), indent=2) + "\n")
     doctor = envbuild("doctor", "--json")
@@ -275,18 +428,13 @@ def main() -> int:
     summary(results)
     save(results)
     results["faults"] = faults(folder, device, lock_sha)
-    checks = {
+    return {
         "lock": results["lock"]["rc"] == 0,
         "image": results["image"]["ok"],
         "validate": results["validate"]["rc"] == 0,
         "host_smoke": results["host_smoke"]["rc"] == 0,
         **{name: f["ok"] for name, f in results["faults"].items()},
-        "no_smoke_containers_left": containers("envbuild.role=smoke") == 0,
     }
-    results["checks"] = checks
-    save(results)
-    log(f"checks: {checks}")
-    return 0 if all(checks.values()) else 1
 
 
 if __name__ == "__main__":

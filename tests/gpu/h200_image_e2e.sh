@@ -7,8 +7,9 @@
 #     OUT=/some/dir bash tests/gpu/h200_image_e2e.sh
 # Brings the engine up as measured on the H200 (CDI on; no iptables, bridge or userland proxy),
 # writes a CDI spec for the machine's GPUs (tests/gpu/write_cdi_spec.py: the toolkit cannot be
-# installed there), then runs tests/gpu/h200_image_e2e.py (base, lock, image, validate,
-# faults), and stops the engine. Results and logs go to $OUT.
+# installed there), then runs tests/gpu/h200_image_e2e.py (devel base; a torch extension and
+# a project on it; lock, image, validate, faults), and stops the engine. Results and logs go
+# to $OUT.
 # ENG_DIR and CDI_DIR move the engine's state and the CDI spec (a dry run beside another
 # engine on a machine without a GPU: NO_GPU=1 ENG_DIR=/tmp/x CDI_DIR=/tmp/x/cdi).
 set -u
@@ -26,12 +27,24 @@ exec > >(tee "$OUT/h200-image-e2e.log") 2>&1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 
 echo "== python: $(command -v "$PY") $("$PY" -c 'import sys, torch; print(sys.version.split()[0], torch.__version__)' 2>&1)"
+# What the devel base takes from this machine (make_torch_base.py --devel).
+echo "== toolkit: $(readlink -f /usr/local/cuda) nvcc=$(command -v nvcc) $(nvcc --version 2>&1 | tail -1)"
+"$PY" -c 'import setuptools, sysconfig, os; inc = sysconfig.get_paths()["include"]; print("== setuptools", setuptools.__version__, "Python.h", os.path.exists(os.path.join(inc, "Python.h")), inc)' 2>&1
+echo "== c++: $(c++ --version 2>&1 | head -1)"
 if ls "$BUNDLE"/whl/*.whl >/dev/null 2>&1; then
     "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
         --target /tmp/h200-site "$BUNDLE"/whl/*.whl || exit 1
     export PYTHONPATH=/tmp/h200-site:$REPO${EXTRA_PYTHONPATH:+:$EXTRA_PYTHONPATH}
 else
     export PYTHONPATH=$REPO${EXTRA_PYTHONPATH:+:$EXTRA_PYTHONPATH}
+fi
+
+# uv, for `envbuild lock` of the requests with extra packages there (xz: the bundle must fit
+# the 64 MiB a device call carries).
+if [ -f "$BUNDLE/uv.xz" ]; then
+    mkdir -p /tmp/h200-uv && xz -dc "$BUNDLE/uv.xz" > /tmp/h200-uv/uv && chmod 0755 /tmp/h200-uv/uv
+    export ENVBUILD_UV=/tmp/h200-uv/uv
+    echo "== $("$ENVBUILD_UV" --version)"
 fi
 
 echo "== engine (state in $ENG)"

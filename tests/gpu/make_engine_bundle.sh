@@ -3,6 +3,7 @@
 # .cache/h200/ (git-ignored; carry it to the machine):
 #   eng.tar.xz  bin/ with dockerd, containerd, containerd-shim-runc-v2, runc and the docker CLI
 #               from Debian 13 (trixie): docker.io 26.1.5, the newest Debian ships (CDI since 25)
+#   uv.xz       this venv's uv, xz-compressed (`envbuild lock` of extra packages there, --offline)
 #   whl/        the wheels envbuild needs there and the H200 image lacks (docker, tomlkit; it
 #               has click, jinja2, requests, urllib3, packaging, nvidia-ml-py)
 # Run it where Debian's mirror and PyPI answer:  bash tests/gpu/make_engine_bundle.sh
@@ -24,6 +25,8 @@ tar -C "$tmp" -cJf "$DEST/eng.tar.xz.tmp" bin
 mv "$DEST/eng.tar.xz.tmp" "$DEST/eng.tar.xz"
 ls "$tmp"/debs/*.deb | sed 's#.*/##' > "$DEST/eng.versions"
 
+xz -9e -T2 -c "$(dirname "$PY")/uv" > "$DEST/uv.xz.tmp" && mv "$DEST/uv.xz.tmp" "$DEST/uv.xz"
+
 # The versions this checkout was tested with, as wheels for the H200 image's Python (3.12).
 rm -rf "$DEST/whl" && mkdir -p "$DEST/whl"
 for name in $WHEELS; do
@@ -32,4 +35,4 @@ for name in $WHEELS; do
         --implementation cp --platform manylinux2014_x86_64 --platform any \
         -d "$DEST/whl" "$name==$version"
 done
-du -sh "$DEST/eng.tar.xz" "$DEST/whl"/*
+du -sh "$DEST/eng.tar.xz" "$DEST/uv.xz" "$DEST/whl"/*

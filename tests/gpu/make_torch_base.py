@@ -7,6 +7,12 @@ Python is based on, and, when it runs in a venv, that venv with only the distrib
 needs (and pip, numpy). `PATH` starts with the venv's bin/, as a company base would set it.
 
     python3 tests/gpu/make_torch_base.py TAG            # run with the Python that holds torch
+    python3 tests/gpu/make_torch_base.py --devel TAG    # + the CUDA toolkit and the compiler
+
+`--devel` makes a devel framework base, as NGC's PyTorch containers are: the machine's CUDA
+toolkit (/usr/local/cuda: nvcc, the headers, libcudart; not its other libraries, profilers or
+docs), the host compiler (gcc/g++ and their headers) and DEVEL_ROOTS in the venv, so a torch
+extension compiles in it (tests/gpu/h200_image_e2e.py).
 Needs the docker CLI and an engine (DOCKER_HOST). Prints the image id and what went in.
 """
 
@@ -25,6 +31,23 @@ from pathlib import Path
 from typing import IO
 
 ROOTS = ("torch", "pip", "numpy")
+# What NGC's PyTorch containers hold beside torch and an extension build or the example
+# project (images/torch-project) needs: setuptools, ninja and wheel to compile, tqdm to train.
+DEVEL_ROOTS = ("setuptools", "ninja", "wheel", "tqdm")
+# In a devel base: the toolkit and the compiler stay; these parts of the toolkit do not (an
+# extension build needs nvcc, its headers and the CUDA runtime, not the math libraries,
+# profilers or samples).
+DEVEL_KEEP = (
+    "/usr/local/cuda",
+    "/usr/include",
+    "/usr/local/include",
+    "/usr/lib/gcc",
+    "/usr/libexec/gcc",
+)
+CUDA_SKIP_DIR = re.compile(
+    r"^(nsight|libnvvp|compute-sanitizer|gds|extras|doc|share|tools|samples|src)"
+)
+CUDA_KEEP_LIB = re.compile(r"^lib(cudart|cudadevrt|culibos|nvrtc|nvptxcompiler|nvJitLink)[._]")
 SKIP_USR = (
     # What a GPU container gets from the host, or a framework base does not need: toolkits,
     # compilers, headers, other languages' runtimes, documentation.
@@ -108,8 +131,37 @@ def closure(roots: tuple[str, ...]) -> list[metadata.Distribution]:
     return list(seen.values())
 
 
+DEVEL = False
+
+
+TOOLKITS: list[str] = ["/usr/local/cuda"]
+"""Where the toolkit is: /usr/local/cuda*, and the folder it links to when that is elsewhere."""
+
+
 def skip(path: str) -> bool:
+    if DEVEL:
+        root = next((t for t in TOOLKITS if path.startswith(t)), None)
+        if root is not None:
+            return _skip_toolkit(path, root)
+        if path.startswith(DEVEL_KEEP):
+            return False
     return path.startswith(SKIP_USR) or bool(DRIVER_LIB.search(os.path.basename(path)))
+
+
+def _skip_toolkit(path: str, root: str) -> bool:
+    """Inside the toolkit: profilers, samples and docs out; of its libraries only the
+    runtime and compiler ones (an extension links libcudart; the math libraries come from
+    torch's own wheels), never the driver's libcuda (the host's, at run time)."""
+    parts = path.split("/")
+    inner = path[len(root) :].split("/")[1:]
+    if any(CUDA_SKIP_DIR.match(p) for p in inner):
+        return "/include/" not in path and not path.endswith("/include")
+    name = parts[-1]
+    if name.startswith("libcuda.so"):
+        return True
+    if name.startswith("lib") and (".so" in name or name.endswith(".a")):
+        return not CUDA_KEEP_LIB.match(name)
+    return False
 
 
 class Rootfs:
@@ -171,6 +223,10 @@ def write_rootfs(stream: IO[bytes], venv: Path | None) -> dict[str, object]:
             elif os.path.isdir("/" + top):
                 fs.tree("/" + top)
         fs.tree("/usr")
+        if DEVEL:
+            for extra in TOOLKITS[1:]:  # a toolkit outside /usr that /usr/local/cuda links to
+                fs.add(extra, traversable=True)
+                fs.tree(extra)
         fs.empty_dir("etc")
         for name in ETC:
             if os.path.lexists("/etc/" + name):
@@ -201,7 +257,7 @@ def add_venv(fs: Rootfs, venv: Path, counted: dict[str, object]) -> None:
     fs.tree(str(venv / "bin"), filtered=False)
     if os.path.islink(venv / "lib64"):
         fs.add(str(venv / "lib64"))
-    dists = closure(ROOTS)
+    dists = closure(ROOTS + (DEVEL_ROOTS if DEVEL else ()))
     for dist in dists:
         for rel in dist.files or []:
             path = os.path.normpath(str(dist.locate_file(rel)))
@@ -211,12 +267,24 @@ def add_venv(fs: Rootfs, venv: Path, counted: dict[str, object]) -> None:
 
 
 def main() -> int:
-    tag = sys.argv[1]
+    global DEVEL
+    args = sys.argv[1:]
+    DEVEL = "--devel" in args
+    for link in ("/usr/local/cuda", "/usr/local/cuda/bin/nvcc"):
+        real = os.path.realpath(link)
+        top = real if link == "/usr/local/cuda" else os.path.dirname(os.path.dirname(real))
+        if os.path.exists(real) and not top.startswith("/usr/") and top not in TOOLKITS:
+            TOOLKITS.append(top)
+    tag = next(a for a in args if a != "--devel")
     venv = Path(sys.prefix) if sys.prefix != sys.base_prefix else None
     bin_dir = str(venv / "bin") if venv else os.path.dirname(sys.executable)
     started = time.monotonic()
+    changes = ["--change", f"ENV PATH={bin_dir}:{DEFAULT_PATH}"]
+    if DEVEL:
+        changes = ["--change", f"ENV PATH={bin_dir}:{DEFAULT_PATH}:/usr/local/cuda/bin"]
+        changes += ["--change", "ENV CUDA_HOME=/usr/local/cuda"]
     proc = subprocess.Popen(
-        ["docker", "import", "--change", f"ENV PATH={bin_dir}:{DEFAULT_PATH}", "-", tag],
+        ["docker", "import", *changes, "-", tag],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
     )
@@ -241,6 +309,8 @@ def main() -> int:
                 "python": sys.executable,
                 "venv": str(venv) if venv else None,
                 "site": sysconfig.get_paths()["purelib"],
+                "devel": DEVEL,
+                "toolkits": TOOLKITS if DEVEL else [],
                 "bytes": int(size) if size.isdigit() else None,
                 "seconds": round(time.monotonic() - started, 1),
                 **counted,

@@ -139,12 +139,9 @@ def test_refused(body: str, message: str, hint: str) -> None:
     assert err.exit_code == 2
 
 
-def test_framework_base_takes_no_project_files_or_install() -> None:
+def test_framework_base_takes_project_files_and_install() -> None:
+    # The base's installed versions are the constraints; the project goes in with --no-deps.
     base = '[image]\nbase = "nvcr.io/nvidia/pytorch:25.01-py3"\n'
-    err = refused(base + '[packages]\nfiles = ["requirements.txt"]\n')
-    assert err.message.startswith("e/envbuild.toml: [packages] files: files are named, but base")
-    err = refused(base + "[project]\n")
-    assert err.message.startswith("e/envbuild.toml: [project] install: install = true needs")
-    assert err.hint.startswith("write install = false")
-    ok = parse(base + "[project]\ninstall = false\n")
-    assert ok.project == ProjectSettings(install=False)
+    ok = parse(base + '[packages]\nfiles = ["requirements.txt"]\n\n[project]\n')
+    assert ok.dependency_files.files == ("requirements.txt",)
+    assert ok.project == ProjectSettings(install=True)
