@@ -134,7 +134,9 @@ def _built_from_source(lock: Lock) -> list[dict[str, Any]]:
     if build is None:
         return []
     if build.toolchain == "devel":
-        toolchain = f"nvcc of {lock.stack.base_image.builder}"
+        # A framework base compiles in a stage of itself (no separate devel builder image).
+        builder = lock.stack.base_image.builder or lock.stack.base_image.ref
+        toolchain = f"nvcc of {builder}"
     else:
         pins = {p.name: p.version for p in (*lock.packages, *build.packages)}
         names = [

@@ -114,3 +114,13 @@ def test_live_relock_of_an_example_is_byte_identical(tmp_path: Path, name: str) 
     assert code == 0, err
     assert out.startswith(f"unchanged {dst}/envbuild.lock"), out + err
     assert (dst / "envbuild.lock").read_bytes() == (src / "envbuild.lock").read_bytes()
+
+
+def test_built_from_source_names_the_base_nvcc_on_a_framework_base() -> None:
+    """A framework base compiles with its own nvcc (no separate devel builder image is locked)."""
+    from envbuild.commands.lock import _built_from_source
+    from tests.golden import fixtures
+
+    lock = fixtures.framework_ext_lock()
+    assert lock.stack.base_image.builder is None
+    assert [s["toolchain"] for s in _built_from_source(lock)] == [f"nvcc of {fixtures.NGC_REF}"]
