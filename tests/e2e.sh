@@ -13,14 +13,17 @@
 #   5. BuildKit (docker buildx, cache mounts, --cache-to inline) on the pinned lock,
 #      --push REF                                   -> exit 0, the registry holds the digest
 #      the JSON reports
-#   6. Podman through its Docker-compatible API (`podman system service`) on the pinned lock
-#                                                   -> exit 0, tagged in Podman with the labels
+#   6. Podman through its Docker-compatible API (`podman system service`) on a copy of
+#      images/torch-cpu (1 GB; torch CPU from E2E_WHEELS=/opt/wheels) locked pinned to the
+#      local registry's base as in step 4   -> exit 0, tagged in Podman with the labels
 #   7. images/torch-project (a pyproject.toml project, torch CPU from E2E_WHEELS=/opt/wheels):
 #      its code installed, its own smoke command passes and is in the report; a code change
 #      rebuilds at most its last 3 layers
+#   8. images/torch-ext: a CUDA extension compiled for the lock's GPUs (15-20 min on 2 cores)
 # `bash tests/e2e.sh prepare` only starts the engine and makes the base image (.ci/run uses it
-# so the engine-marked tests of `make check` run too). E2E_PODMAN=0 skips step 6;
-# E2E_REGISTRY_PORT (5955) is the registry's port when free.
+# so the engine-marked tests of `make check` run too). E2E_PODMAN=0, E2E_PROJECT=0 and
+# E2E_TORCH_EXT=0 skip steps 6, 7 and 8; E2E_REGISTRY_PORT (5955) is the registry's port when
+# free. One run at a time per machine (flock): see below.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,13 +34,15 @@ IMAGE_DIR=${E2E_IMAGE_DIR:-images/torch-slim}
 CA_CERT=${E2E_CA_CERT:-/etc/ssl/certs/ca-certificates.crt}
 DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 E2E_PODMAN=${E2E_PODMAN:-1}
+WHEELS=${E2E_WHEELS:-/opt/wheels}  # the torch CPU wheel images/torch-cpu and torch-project lock
 WORK=$PWD/.e2e
 TAG_OK=envbuild-e2e/torch-slim:ok
 TAG_NOGPU=envbuild-e2e/torch-slim:nogpu
 TAG_TIMEOUT=envbuild-e2e/torch-slim:timeout
 TAG_BUILDKIT=envbuild-e2e/torch-slim:buildkit
-TAG_PODMAN=localhost/envbuild-e2e/torch-slim:podman
+TAG_PODMAN=localhost/envbuild-e2e/torch-cpu:podman
 PINNED=$WORK/torch-slim-pinned
+PINNED_CPU=$WORK/torch-cpu-pinned
 mkdir -p "$WORK"
 
 say() { printf '\n== %s\n' "$*" >&2; }
@@ -96,6 +101,8 @@ free_port() {
     "$PY" - "$1" <<'EOF'
 import socket, sys
 s = socket.socket()
+# As the registry (Go) binds: a port whose last connections are in TIME_WAIT is free.
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 try:
     s.bind(("127.0.0.1", int(sys.argv[1])))
 except OSError:
@@ -131,7 +138,8 @@ http:
 EOF
     say "a registry on $REG (log: $WORK/registry/log)"
     printf '+ docker-registry serve %s &\n' "$WORK/registry/config.yml" >&2
-    docker-registry serve "$WORK/registry/config.yml" >"$WORK/registry/log" 2>&1 &
+    # 9>&-: a service must not hold the run's lock (below) should it outlive the script.
+    docker-registry serve "$WORK/registry/config.yml" >"$WORK/registry/log" 2>&1 9>&- &
     PIDS+=($!)
     wait_for "the registry on $REG" curl -sf "http://$REG/v2/"
 }
@@ -142,9 +150,14 @@ manifest_digest() {  # manifest_digest REPO REFERENCE
         "http://$REG/v2/$1/manifests/$2" | sha256sum | sed 's/ .*//; s/^/sha256:/'
 }
 
-# Smoke containers of one lock only (envbuild labels them with the lock's sha256), so other
-# users of the same engine do not disturb the count.
-smoke_containers() { docker ps -aq --filter "label=envbuild.lock.sha256=$LOCK_SHA" | wc -l; }
+# Smoke containers of one lock only (envbuild labels them envbuild.role=smoke and with the
+# lock's sha256), so other users of the same engine do not disturb the count. The role label
+# matters: every container made from a candidate carries the lock's label too (the classic
+# builder's intermediate containers, `docker run` of the tag), and those of a concurrent build
+# of the same lock exist for a moment while it runs.
+smoke_containers() {
+    docker ps -aq --filter "label=envbuild.lock.sha256=$LOCK_SHA" --filter label=envbuild.role=smoke | wc -l
+}
 
 expect_untagged_and_clean() {
     if docker image inspect "$1" >/dev/null 2>&1; then fail "$1 was tagged after a failure"; fi
@@ -172,6 +185,15 @@ EOF
 ensure_engine
 ensure_base
 [ "${1:-}" = prepare ] && exit 0
+
+# One run at a time on this machine: the tags (envbuild-e2e/*), the registry's port, the
+# smoke-pass store and the smoke containers counted above are engine-wide, so a second run (a
+# clean clone beside the working tree) would remove the first's tags and see its containers.
+exec 9>"${TMPDIR:-/tmp}/envbuild-e2e.lock"
+if ! flock -n 9; then
+    say "another e2e run holds ${TMPDIR:-/tmp}/envbuild-e2e.lock; waiting for it (up to 1 h)"
+    flock -w 3600 9 || fail "another e2e run kept ${TMPDIR:-/tmp}/envbuild-e2e.lock for an hour"
+fi
 
 [ -f "$IMAGE_DIR/envbuild.lock" ] || fail "$IMAGE_DIR/envbuild.lock is missing (envbuild lock $IMAGE_DIR)"
 LOCK_SHA=$(sha256sum "$IMAGE_DIR/envbuild.lock" | cut -d' ' -f1)
@@ -270,11 +292,30 @@ echo "pushed: $REG/envbuild-e2e/torch-slim@$PUSHED (recomputed from the registry
 # What a new host does with it (docs/ci.md): pull by digest; the fleet view needs no GPU.
 run docker pull "$REG/envbuild-e2e/torch-slim@$PUSHED"
 run "$ENVBUILD" validate --hosts tests/fixtures/hosts/h200-healthy.json --lock "$PINNED"
+# The push and the pull left registry-named references on local images: only names, so
+# --no-prune keeps the images (each also has an envbuild-e2e/* tag, the next run's cache).
+# (The digest first: removing a repository's last tag drops its digest references too.)
+run docker image rm --no-prune "$REG/envbuild-e2e/torch-slim@$PUSHED" "$REG/$BASE" \
+    "$REG/envbuild-e2e/torch-slim:buildkit" >/dev/null
+left=$(docker image ls --digests --format '{{.Repository}}:{{.Tag}}@{{.Digest}}' | grep -F "$REG/" || true)
+[ -z "$left" ] || fail "registry-named references left on local images: $left"
 lap
 
 if [ "$E2E_PODMAN" = 1 ]; then
-    say "6. Podman: the same build -> smoke -> tag through its Docker-compatible API"
+    say "6. Podman: build -> smoke -> tag through its Docker-compatible API, images/torch-cpu pinned"
+    # A 1 GB CPU image: Podman 4.3 once failed committing torch-slim's 5 GB CUDA layer ("io:
+    # read/write on closed pipe"), and the path under test is the same for any size.
+    [ -d "$WHEELS" ] || fail "$WHEELS is missing (images/torch-cpu locks torch from it); set E2E_WHEELS"
     command -v podman >/dev/null || apt_install podman
+    # Locked with step 4's overlay: FROM the local registry's base, pinned by digest.
+    rm -rf "$PINNED_CPU"
+    mkdir -p "$PINNED_CPU"
+    cp images/torch-cpu/envbuild.toml images/torch-cpu/envbuild.lock "$PINNED_CPU/"
+    sed -i "s|^find_links = \[\"/opt/wheels\"\]$|find_links = [\"$WHEELS\"]|" "$PINNED_CPU/envbuild.toml"
+    run "$ENVBUILD" lock "$PINNED_CPU"
+    grep -q "^digest = \"$BASE_DIGEST\"$" "$PINNED_CPU/envbuild.lock" && grep -q '^pinned = true$' "$PINNED_CPU/envbuild.lock" ||
+        fail "$PINNED_CPU/envbuild.lock is not pinned to $REG/$BASE@$BASE_DIGEST"
+    LOCK_SHA=$(sha256sum "$PINNED_CPU/envbuild.lock" | cut -d' ' -f1)
     mkdir -p "$WORK/podman"
     # Rootful Podman gives containers nofile/nproc limits only a process with CAP_SYS_RESOURCE
     # may set; CI sandboxes lack it ("error setting rlimit type 7"): ask for what we have.
@@ -288,16 +329,19 @@ if [ "$E2E_PODMAN" = 1 ]; then
     rm -f "$WORK/podman/podman.sock"
     printf '+ podman system service --time=0 %s &\n' "$sock" >&2
     # (CONTAINER_HOST is for envbuild below; set for podman itself it would make it a client.)
+    # 9>&-: a service must not hold the run's lock should it outlive the script.
     env -u CONTAINER_HOST CONTAINERS_CONF="$WORK/podman/containers.conf" \
         CONTAINERS_REGISTRIES_CONF="$WORK/podman/registries.conf" \
-        podman system service --time=0 "$sock" >"$WORK/podman/log" 2>&1 &
+        podman system service --time=0 "$sock" >"$WORK/podman/log" 2>&1 9>&- &
     PIDS+=($!)
-    export CONTAINER_HOST=$sock
     wait_for "podman system service" curl -sf --unix-socket "$WORK/podman/podman.sock" http://d/_ping
-    podman image rm "$TAG_PODMAN" >/dev/null 2>&1 || true
-    run "$ENVBUILD" image "$PINNED" --engine podman --ca-cert "$CA_CERT" --allow-cpu \
-        --tag "$TAG_PODMAN" --json >"$WORK/podman.json"
-    check_json "$WORK/podman.json" ok=True "builder=Buildah (Podman *" "base_image=$REG/$BASE"
+    # Earlier runs' tags (torch-slim's: 5 GB, from before this step used torch-cpu). --no-prune:
+    # the layers stay the next run's build cache; --resmoke: the smoke test runs even where this
+    # image id passed before (as in step 3).
+    podman image rm --no-prune "$TAG_PODMAN" localhost/envbuild-e2e/torch-slim:podman >/dev/null 2>&1 || true
+    run env CONTAINER_HOST="$sock" "$ENVBUILD" image "$PINNED_CPU" --engine podman --ca-cert "$CA_CERT" \
+        --find-links "$WHEELS" --resmoke --tag "$TAG_PODMAN" --json >"$WORK/podman.json"
+    check_json "$WORK/podman.json" ok=True smoke_reused=None device=cpu "builder=Buildah (Podman *" "base_image=$REG/$BASE"
     run podman image inspect --format '{{index .Labels "envbuild.lock.sha256"}}' "$TAG_PODMAN" >"$WORK/podman.label"
     [ "$(cat "$WORK/podman.label")" = "$LOCK_SHA" ] || fail "$TAG_PODMAN lacks the lock's label"
     [ -z "$(podman ps -aq --filter "label=envbuild.lock.sha256=$LOCK_SHA")" ] || fail "Podman smoke container left behind"
@@ -307,17 +351,18 @@ fi
 if [ "${E2E_PROJECT:-1}" = 1 ]; then
 say "7. a project (images/torch-project): its pyproject.toml locked, its code installed, its own smoke command"
 PROJECT_DIR=images/torch-project
-WHEELS=${E2E_WHEELS:-/opt/wheels}  # the torch CPU wheel its lock was made from
 TAG_PROJECT=envbuild-e2e/torch-project:ok
 TAG_EDITED=envbuild-e2e/torch-project:edited
 [ -d "$WHEELS" ] || fail "$WHEELS is missing (images/torch-project locks torch from it); set E2E_WHEELS"
 unset ENVBUILD_MATRIX_OVERLAY  # step 4's overlay changes the debian12 row this lock rests on
 LOCK_SHA=$(sha256sum "$PROJECT_DIR/envbuild.lock" | cut -d' ' -f1)
-docker image rm "$TAG_PROJECT" "$TAG_EDITED" >/dev/null 2>&1 || true
+# --no-prune: the layers stay the next run's build cache; --resmoke: the smoke test and the
+# project's smoke command run even where this image id passed before (as in step 3).
+docker image rm --no-prune "$TAG_PROJECT" "$TAG_EDITED" >/dev/null 2>&1 || true
 run "$ENVBUILD" lock --check "$PROJECT_DIR"
 run "$ENVBUILD" image "$PROJECT_DIR" --base-image "$BASE" --ca-cert "$CA_CERT" --find-links "$WHEELS" \
-    --tag "$TAG_PROJECT" --json >"$WORK/project.json"
-check_json "$WORK/project.json" ok=True device=cpu smoke_command.ok=True smoke_command.exit_code=0 \
+    --resmoke --tag "$TAG_PROJECT" --json >"$WORK/project.json"
+check_json "$WORK/project.json" ok=True smoke_reused=None device=cpu smoke_command.ok=True smoke_command.exit_code=0 \
     "smoke_command.stdout_tail=['torch 2.13.0+cpu on cpu: 5 steps in*"
 docker image inspect --format '{{index .Config.Labels "envbuild.smoke.report"}}' "$TAG_PROJECT" |
     grep -q '"smoke_command":{"command":\["python","-m","torch_project.train","--steps","5"\]' ||
@@ -330,8 +375,8 @@ mkdir -p "$WORK/edited"
 cp -r "$PROJECT_DIR" "$WORK/edited/"
 echo '# edited by tests/e2e.sh' >>"$WORK/edited/torch-project/src/torch_project/train.py"
 run "$ENVBUILD" image "$WORK/edited/torch-project" --base-image "$BASE" --ca-cert "$CA_CERT" \
-    --find-links "$WHEELS" --tag "$TAG_EDITED" --json >"$WORK/edited.json"
-check_json "$WORK/edited.json" ok=True smoke_command.ok=True
+    --find-links "$WHEELS" --resmoke --tag "$TAG_EDITED" --json >"$WORK/edited.json"
+check_json "$WORK/edited.json" ok=True smoke_reused=None smoke_command.ok=True
 for t in "$TAG_PROJECT" "$TAG_EDITED"; do
     docker image inspect --format '{{range .RootFS.Layers}}{{println .}}{{end}}' "$t" | sed '/^$/d' >"$WORK/layers.${t##*:}"
 done
