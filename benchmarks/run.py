@@ -6,7 +6,8 @@ sample so both see the same machine load, and the ratio envbuild / peer. Nothing
 asserted: benchmarks report, tests check behaviour.
 
 Settings (environment): BENCH_REPEAT (warm samples, default 7), BENCH_COLD_REPEAT (cold lock
-samples, default 3), BENCH_BUILD_REPEAT (warm rebuild samples, default 3), BENCH_LOCK_EXAMPLES
+samples, default 3), BENCH_BUILD_REPEAT (warm rebuild samples, default 3),
+BENCH_COLD_BUILD_REPEAT (cold build pairs, default 1, who goes first alternates), BENCH_LOCK_EXAMPLES
 (comma list, default every images/* folder), BENCH_BASE (local base image, default
 envbuild-e2e/base:bookworm from `tests/e2e.sh prepare`), BENCH_WHEELS (default /opt/wheels),
 BENCH_CA_CERT, BENCH_SKIP (comma list of sections: cli,resolve,lock,build), BENCH_KEEP_IMAGES=1.
@@ -506,10 +507,17 @@ def bench_lock(repeat: int, cold_repeat: int, examples: Sequence[str]) -> Sectio
         "covers resolving the stack, the base image digest look-up (no lock yet) and writing "
         "the lock; `--check` reads no network."
     )
+    cache_note = (
+        "Cold means uv's cache is empty; envbuild's own user cache (compiled matrix, dataclass "
+        "code, the sha256 of local wheelhouse files, `envbuild/wheelhashes.py`) is the user's "
+        "and warm. That remembered hash is why torch-cpu's and torch-project's cold locks beat "
+        "a cold uv: given a links page with the hash, uv reads only the 192 MB torch wheel's "
+        "metadata; given the folder, it takes the whole file into its cache."
+    )
     return {
         "title": "3. Lock (vs `uv pip compile --generate-hashes`, same requirements and platform)",
         "rows": rows,
-        "notes": [argv_note, *notes],
+        "notes": [argv_note, cache_note, *notes],
     }
 
 
@@ -723,16 +731,29 @@ def _edit_smoke_setting(image_dir: Path) -> str:
     return "[smoke] timeout_s = 599"
 
 
-def bench_build(repeat: int, base_image: str, wheels: Path, ca_cert: Path) -> Section:
+def _fresh_base(base_image: str, tag: str, nonce: str) -> None:
+    """A base of our own (a LABEL on top of the local base: same files, new image id), so the
+    classic builder's cache, keyed by parent image id, holds nothing for either build: a real
+    cold build without pruning anything other users of this engine rely on."""
+    subprocess.run(
+        ["docker", "build", "-q", "-t", tag, "-"],
+        input=f"FROM {base_image}\nLABEL envbuild.bench.nonce={nonce}\n",
+        text=True,
+        capture_output=True,
+        check=True,
+        env={**os.environ, "DOCKER_BUILDKIT": "0"},
+    )
+
+
+def bench_build(
+    repeat: int, base_image: str, wheels: Path, ca_cert: Path, cold_repeat: int = 1
+) -> Section:
     title = "4. Build on the real engine (images/torch-cpu on the local base)"
     if _run(["docker", "info"]).returncode != 0:
         return {"title": title, "skipped": "no Docker engine answers on this machine"}
     if _image_size(base_image) is None:
         return {"title": title, "skipped": f"{base_image} is missing (bash tests/e2e.sh prepare)"}
     nonce = f"{time.strftime('%Y%m%d%H%M%S', time.gmtime())}-{os.getpid()}"
-    # A base of our own (a LABEL on top of the local base: same files, new image id), so the
-    # classic builder's cache, keyed by parent image id, holds nothing for either build: a
-    # real cold build without pruning anything other users of this engine rely on.
     bench_base = f"envbuild-bench/base:{nonce}"
     ours_tag = f"envbuild-bench/torch-cpu:{nonce}"
     peer_tag = f"envbuild-bench/torch-cpu-peer:{nonce}"
@@ -740,16 +761,9 @@ def bench_build(repeat: int, base_image: str, wheels: Path, ca_cert: Path) -> Se
     notes: list[str] = []
     out: Section = {"title": title, "rows": rows, "notes": notes}
     try:
-        subprocess.run(
-            ["docker", "build", "-q", "-t", bench_base, "-"],
-            input=f"FROM {base_image}\nLABEL envbuild.bench.nonce={nonce}\n",
-            text=True,
-            capture_output=True,
-            check=True,
-            env={**os.environ, "DOCKER_BUILDKIT": "0"},
-        )
         with tempfile.TemporaryDirectory(prefix="envbuild-bench-build-") as tmp:
-            _build_both(Path(tmp), repeat, bench_base, ours_tag, peer_tag, wheels, ca_cert, out)
+            tags = (bench_base, ours_tag, peer_tag)
+            _build_both(Path(tmp), (repeat, cold_repeat), base_image, tags, wheels, ca_cert, out)
     except Exception as err:
         out["error"] = str(err)[-3000:]
     finally:
@@ -761,15 +775,17 @@ def bench_build(repeat: int, base_image: str, wheels: Path, ca_cert: Path) -> Se
 
 def _build_both(
     tmp: Path,
-    repeat: int,
-    bench_base: str,
-    ours_tag: str,
-    peer_tag: str,
+    repeats: tuple[int, int],
+    base_image: str,
+    tags: tuple[str, str, str],
     wheels: Path,
     ca_cert: Path,
     out: Section,
 ) -> None:
     from envbuild import lockfile
+
+    repeat, cold_repeat = repeats
+    bench_base, ours_tag, peer_tag = tags
 
     rows: list[Row] = out["rows"]
     notes: list[str] = out["notes"]
@@ -782,7 +798,7 @@ def _build_both(
         "image",
         str(image_dir),
         "--base-image",
-        bench_base,
+        "",  # the base of the round (cold) or bench_base
         "--tag",
         ours_tag,
         "--allow-cpu",
@@ -797,7 +813,8 @@ def _build_both(
     # A user cache of this run: the first build's smoke pass is the only one it can reuse.
     env = {**os.environ, "ENVBUILD_CACHE_DIR": str(tmp / "envbuild-cache")}
 
-    def envbuild_image(kind: str) -> subprocess.CompletedProcess[str]:
+    def envbuild_image(kind: str, base: str = bench_base) -> subprocess.CompletedProcess[str]:
+        cmd[cmd.index("--base-image") + 1] = base
         res = _checked(cmd, env=env)
         try:
             doc = json.loads(res.stdout)
@@ -812,29 +829,46 @@ def _build_both(
     shutil.copy(PEER_DOCKERFILE, ctx / "Dockerfile")
     shutil.copy(ca_cert, ctx / "ca.crt")
     shutil.copytree(wheels, ctx / "wheels")
-    peer_cmd = [
-        "docker",
-        "build",
-        "-t",
-        peer_tag,
-        "--build-arg",
-        f"BASE={bench_base}",
-        "--build-arg",
-        f"TORCH_VERSION={version}",
-        str(ctx),
-    ]
+
+    def peer_argv(base: str) -> list[str]:
+        return [
+            "docker",
+            "build",
+            "-t",
+            peer_tag,
+            "--build-arg",
+            f"BASE={base}",
+            "--build-arg",
+            f"TORCH_VERSION={version}",
+            str(ctx),
+        ]
+
+    peer_cmd = peer_argv(bench_base)
     peer_env = {**os.environ, "DOCKER_BUILDKIT": "0"}
     peer_name = "hand-written Dockerfile, `docker build` (classic)"
 
-    _log("build: envbuild cold")
-    t0 = time.perf_counter()
-    cold_log = envbuild_image("cold").stderr
-    cold_e = time.perf_counter() - t0
-    _log("build: peer cold")
-    t0 = time.perf_counter()
-    peer_log = _checked(peer_cmd, env=peer_env).stdout
-    cold_p = time.perf_counter() - t0
-    for who, log in (("envbuild", cold_log), ("peer", peer_log)):
+    # Cold pairs, each on a base of its own; who goes first alternates. The last round's base
+    # is bench_base, which the warm and late-change rebuilds below reuse.
+    cold_e: list[float] = []
+    cold_p: list[float] = []
+    logs = {"envbuild": "", "peer": ""}
+    for k in range(cold_repeat):
+        round_base = bench_base if k == cold_repeat - 1 else f"{bench_base}-cold{k}"
+        _fresh_base(base_image, round_base, f"{bench_base}-{k}")
+        pair = [("envbuild", round_base), ("peer", round_base)]
+        for who, b in pair if k % 2 == 0 else reversed(pair):
+            _log(f"build: {who} cold ({k + 1} of {cold_repeat})")
+            t0 = time.perf_counter()
+            if who == "envbuild":
+                logs[who] = envbuild_image("cold", b).stderr
+                cold_e.append(time.perf_counter() - t0)
+            else:
+                logs[who] = _checked(peer_argv(b), env=peer_env).stdout
+                cold_p.append(time.perf_counter() - t0)
+        if round_base != bench_base:  # keep the disk as it was: only the last round's images stay
+            for tag in (ours_tag, peer_tag, round_base):
+                _run(["docker", "image", "rm", tag])
+    for who, log in logs.items():
         retries = _unreachable_retries(log)
         if retries:
             notes.append(
@@ -877,6 +911,9 @@ def _build_both(
     _checked([ENVBUILD, "lock", "--offline", str(image_dir)], env=env)
     late = _timed(lambda: envbuild_image("late"))
     after = _history_ids(ours_tag)
+    if before and after and before[-1][0] != after[-1][0]:
+        # The image the tag left: untagged now, so nothing else removes it.
+        _run(["docker", "image", "rm", before[-1][0]])
     kept = sum(
         1 for a, b in zip(before, after, strict=False) if a[0] == b[0] and a[0] != "<missing>"
     )
@@ -891,9 +928,12 @@ def _build_both(
         )
     )
     notes.append(
-        "Cold builds: one sample each (a fresh base id per run, so no cache at all); warm: "
-        f"median of {repeat}, interleaved. envbuild's times include running the smoke test "
-        "in a container and tagging on pass; the peer has no test."
+        f"Cold builds: {cold_repeat} pair(s), each on a fresh base id (so no cache at all), "
+        f"who goes first alternating; warm: median of {repeat}, interleaved. Both sides use "
+        "the classic builder (envbuild through docker-py's build API, the peer through "
+        "`DOCKER_BUILDKIT=0 docker build`), each COPYing the same wheelhouse. envbuild's "
+        "times include running the smoke test in a container and tagging on pass; the peer "
+        "has no test."
     )
 
     _log("build: sizes and layers")
@@ -1298,6 +1338,7 @@ def main() -> None:
     repeat = int(os.environ.get("BENCH_REPEAT", "7"))
     cold_repeat = int(os.environ.get("BENCH_COLD_REPEAT", "3"))
     build_repeat = int(os.environ.get("BENCH_BUILD_REPEAT", "3"))
+    cold_build_repeat = int(os.environ.get("BENCH_COLD_BUILD_REPEAT", "1"))
     skip = set(filter(None, os.environ.get("BENCH_SKIP", "").split(",")))
     examples = [e for e in os.environ.get("BENCH_LOCK_EXAMPLES", "").split(",") if e] or sorted(
         p.parent.name for p in (ROOT / "images").glob("*/envbuild.toml")
@@ -1308,6 +1349,7 @@ def main() -> None:
             "BENCH_REPEAT": repeat,
             "BENCH_COLD_REPEAT": cold_repeat,
             "BENCH_BUILD_REPEAT": build_repeat,
+            "BENCH_COLD_BUILD_REPEAT": cold_build_repeat,
         },
     }
     if "cli" not in skip:
@@ -1324,6 +1366,7 @@ def main() -> None:
             os.environ.get("BENCH_BASE", "envbuild-e2e/base:bookworm"),
             Path(os.environ.get("BENCH_WHEELS", "/opt/wheels")),
             Path(os.environ.get("BENCH_CA_CERT", "/etc/ssl/certs/ca-certificates.crt")),
+            cold_build_repeat,
         )
     data["smoke_h200"] = smoke_results()
     data["machine"]["load average at end"] = _load()

@@ -161,8 +161,27 @@ def _wants_json(ctx: click.Context) -> bool:
     return "--json" in raw or "--json" in sys.argv[1:]
 
 
+def terminal_width() -> int:
+    """The width click's help formatter would pick (its terminal's columns, at most 80, less 2,
+    at least 50), with the columns found as `shutil.get_terminal_size` finds them ($COLUMNS,
+    else the terminal of stdout, else 80): click imports shutil for it otherwise, and with it
+    bz2, lzma and zlib, a visible part of `envbuild --help`'s start."""
+    try:
+        columns = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return max(min(columns if columns > 0 else 80, 80) - 2, 50)
+
+
 @click.group(
-    cls=EnvbuildGroup, table=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]}
+    cls=EnvbuildGroup,
+    table=COMMANDS,
+    context_settings={"help_option_names": ["-h", "--help"], "terminal_width": terminal_width()},
 )
 @click.version_option(__version__, prog_name="envbuild")
 def cli() -> None:

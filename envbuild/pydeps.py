@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -30,6 +30,7 @@ from packaging.markers import InvalidMarker, Marker
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from envbuild import wheelhashes
 from envbuild.errors import PinError, UnsatisfiableError
 from envbuild.locations import resolve_local
 from envbuild.models import Lock, LockedPackage, Request
@@ -354,6 +355,43 @@ def source_of(url: str, req: PinRequest, *, index: str | None = None) -> str:
     return indexes[0].rstrip("/")
 
 
+def _hinted_find_links(
+    links: Sequence[str], work: Path, hashes: Mapping[str, tuple[list[int], str]]
+) -> tuple[str, ...]:
+    """`links` with each local folder of wheels whose hashes are known replaced by a links
+    page naming the same files with their sha256 (`envbuild.wheelhashes`: uv then does not
+    hash them again)."""
+    out = []
+    for i, link in enumerate(links):
+        files = wheelhashes.wheels_only(link)
+        page = wheelhashes.links_page(files, hashes) if files else None
+        if page is None:
+            out.append(link)
+            continue
+        path = work / f"find-links-{i}.html"
+        path.write_text(page)
+        out.append(str(path))
+    return tuple(out)
+
+
+_LOCAL_WHEEL = re.compile(
+    r'\{ url = "(file://[^"]+)"[^{}]*hashes = \{ sha256 = "([0-9a-f]{64})" \}'
+)
+"""A local wheel in uv's pylock.toml output, as uv writes it: one inline table per file. A
+line this does not match is only a hash not remembered (uv hashes that file next time)."""
+
+
+def _local_wheel_hashes(text: str, links: Sequence[str]) -> list[tuple[str, str]]:
+    """(path, sha256 hex) of each wheel uv picked from a local find-links folder."""
+    folders = [link.rstrip("/") + "/" for link in links if wheelhashes.wheels_only(link)]
+    out = []
+    for m in _LOCAL_WHEEL.finditer(text) if folders else ():
+        path = wheelhashes.local_path(m.group(1))
+        if path and path.endswith(".whl") and any(path.startswith(d) for d in folders):
+            out.append((path, m.group(2)))
+    return out
+
+
 # --- pip (fallback) ----------------------------------------------------------------------------
 
 
@@ -547,12 +585,15 @@ def pin(
         if name == "uv":
             if req.preferences:
                 (work / PREFERENCES_FILE).write_text(preferences_text(req.preferences))
-            result = runner(uv_argv(base, req), work, env)
+            hashes = wheelhashes.load()
+            links = _hinted_find_links(req.find_links, work, hashes)
+            result = runner(uv_argv(base, replace(req, find_links=links)), work, env)
             if result.returncode != 0:
                 raise classify_failure("uv", result.stderr, req)
             out = work / PREFERENCES_FILE
             text = out.read_text() if out.exists() else result.stdout
             packages = parse_pylock(text, req)
+            wheelhashes.remember(_local_wheel_hashes(text, req.find_links), hashes)
             sdists = tuple(sorted(sdist_urls(text).items()))
         else:
             if req.offline:

@@ -260,6 +260,8 @@ def is_gpu(lock: Lock) -> bool:
 
 def _is_devel(lock: Lock) -> bool:
     base = lock.stack.base_image
+    if lock.stack.flavour == FRAMEWORK_FLAVOUR:
+        return False  # a framework base compiles in a stage of itself (framework.Dockerfile.j2)
     return bool(base.builder) or "devel" in (lock.stack.flavour, base.flavour) or bool(lock.build)
 
 
@@ -362,8 +364,6 @@ def template_values(
         "os_packages": os_packages,
         "pip_index_args": _index_args(lock, options),
         "wheels": options.find_links is not None,
-        # Classic builder + wheelhouse: install in a builder stage, copy only /opt/venv over.
-        "wheel_stage": options.find_links is not None and not options.buildkit,
         "wheels_path": _WHEELS_PATH,
         "ca_cert": options.ca_cert is not None,
         "ca_path": _CA_PATH_SECRET if options.buildkit else _CA_PATH_CLASSIC,
@@ -446,6 +446,9 @@ def _base_python(lock: Lock) -> str:
     """The interpreter of a framework base, checked (it lands in a RUN line); "" otherwise."""
     if lock.base_facts is None:
         return ""
+    if not lock.base_facts.python_path:
+        # Facts from a matrix row (matrix/ngc.toml), not a probe: the base's python3 on its PATH.
+        return "python3"
     return _check(
         _BASE_PYTHON,
         lock.base_facts.python_path,

@@ -9,7 +9,8 @@ format itself (dumps/loads/hashes/freshness) is `envbuild.lockfile`.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
@@ -151,10 +152,15 @@ def lock_image(
     warnings = [*(note for note in notes if note), *indexes.warnings]
     # The registry answers while uv pins (and what writing the lock imports loads meanwhile).
     digest_job = in_background(lambda: _base_digest(stack, kept, offline, digest_lookup))
+    # The matrix rows' fingerprints (the lock's inputs) are hashed once uv runs: before, this
+    # thread would only take the interpreter from the work that starts uv.
+    uv_started = threading.Event()
+    fingerprints_job = in_background(matrix.fingerprints, after=uv_started)
     pin = _pin_request(request, stack, indexes, kept, upgrade_set, offline)
     # The installer is pinned in the same resolution (it has no dependencies), then split off.
     with_installer = pin_installer(pin, offline, kept)
-    sourced = _pin_with_project(stack, matrix, request, with_installer, project, runner)
+    signalling = _signalling(runner or pydeps.run_subprocess, uv_started)
+    sourced = _pin_with_project(stack, matrix, request, with_installer, project, signalling)
     requested = source_lock.as_requested(sourced.result, request.indexes.find_links, pin.find_links)
     pinned, installed_by = split_installer(requested, request)
     warnings += sourced.notes
@@ -168,7 +174,7 @@ def lock_image(
         warnings += reuploaded(previous.packages, pinned.packages)
     digest, digest_warning = digest_job()
     warnings += digest_warning
-    fingerprints = row_fingerprints(stack.rows, matrix.fingerprints())
+    fingerprints = row_fingerprints(stack.rows, fingerprints_job())
     new_lock = _new_lock(request, stack, indexes, digest, pinned.packages, fingerprints, project)
     new_lock = dataclasses.replace(new_lock, installer=installed_by)
     # Source packages: the builder stage's toolchain and build requirements, pinned too.
@@ -294,14 +300,27 @@ def _requirement_name(text: str) -> str:
         return ""
 
 
-def in_background(fn: Callable[[], Any]) -> Callable[[], Any]:
-    """Run `fn` in a daemon thread; the returned callable waits for its result (or raises its
-    error). Daemon: a registry that hangs cannot hold the process after a failed pin."""
-    import threading
+def _signalling(runner: pydeps.Runner, started: threading.Event) -> pydeps.Runner:
+    """`runner` that sets `started` as it starts the resolver's process."""
 
+    def run(argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> pydeps.RunResult:
+        started.set()
+        return runner(argv, cwd, env)
+
+    return run
+
+
+def in_background(
+    fn: Callable[[], Any], *, after: threading.Event | None = None
+) -> Callable[[], Any]:
+    """Run `fn` in a daemon thread (once `after` is set, if given: asking for the result sets
+    it); the returned callable waits for its result (or raises its error). Daemon: a registry
+    that hangs cannot hold the process after a failed pin."""
     box: dict[str, Any] = {}
 
     def run() -> None:
+        if after is not None:
+            after.wait()
         try:
             box["value"] = fn()
             import tomlkit  # noqa: F401  (what `dumps` needs, loaded while uv still runs)
@@ -312,6 +331,8 @@ def in_background(fn: Callable[[], Any]) -> Callable[[], Any]:
     thread.start()
 
     def result() -> Any:
+        if after is not None:
+            after.set()
         thread.join()
         if "error" in box:
             raise box["error"]

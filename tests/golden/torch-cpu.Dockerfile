@@ -15,7 +15,9 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 
 # The venv every envbuild image uses; first on PATH, so `python` and `pip` are the venv's.
-RUN python3.11 -m venv /opt/venv
+# Without ensurepip (its pip install of pip took 16 s of a cold torch-cpu build): the install
+# step below puts the same wheel, the OS's, into the venv with uv.
+RUN python3.11 -m venv --without-pip /opt/venv
 ENV VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:$PATH \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
@@ -23,8 +25,10 @@ ENV VIRTUAL_ENV=/opt/venv \
 
 # The lock's pins, installed hash-checked; the same pins stay as constraints for later installs.
 COPY requirements.lock constraints.txt /opt/envbuild/
-RUN printf '%s\n' 'uv==0.13.9 --hash=sha256:d7f459fe4fd247d830351c75686d3996ace3c6f3f728eb0e85a30b7ada0cef19' \
-  | pip install --no-cache-dir --require-hashes --no-deps --target /tmp/envbuild-installer -r /dev/stdin \
+RUN pip_wheel="$(ls /usr/share/python-wheels/pip-*.whl | sort -V | tail -n 1)" \
+ && printf '%s\n' 'uv==0.13.9 --hash=sha256:d7f459fe4fd247d830351c75686d3996ace3c6f3f728eb0e85a30b7ada0cef19' \
+  | python "$pip_wheel/pip" install --no-cache-dir --require-hashes --no-deps --target /tmp/envbuild-installer -r /dev/stdin \
+ && /tmp/envbuild-installer/bin/uv pip install --no-deps --no-index --compile-bytecode --no-cache --python /opt/venv/bin/python "$pip_wheel" \
  && /tmp/envbuild-installer/bin/uv pip install --require-hashes --no-deps --compile-bytecode --no-cache --python /opt/venv/bin/python \
     -r /opt/envbuild/requirements.lock \
  && rm -rf /tmp/envbuild-installer

@@ -278,27 +278,22 @@ def _stages(text: str) -> list[list[tuple[str, str]]]:
 
 @pytest.mark.parametrize("make", [fixtures.gpu_lock, fixtures.cpu_lock, fixtures.plain_lock])
 @pytest.mark.parametrize("ca", [False, True])
-def test_classic_wheelhouse_installs_in_a_builder_stage_that_never_ships(
+def test_classic_wheelhouse_is_one_layer_before_the_lock_in_one_stage(
     make: object, ca: bool
 ) -> None:
-    """A `COPY wheels/` layer keeps the wheels after an `rm` (192 MB of torch-cpu)."""
+    """No builder stage: its `COPY --from=builder /opt/venv` wrote the whole venv (880 MB of
+    torch-cpu) into two more layers, more than doubling a cold build (benchmarks/RESULTS.md)."""
     lock = make()  # type: ignore[operator]
     text = _render(lock, find_links=GOLDEN, ca_cert=regenerate.FAKE_CA if ca else None)
-    builder, final = _stages(text)
-    base = final[0][1]
-    assert builder[0] == ("FROM", f"{base} AS builder")
-    assert ("COPY", "wheels/ /tmp/envbuild-wheels/") in builder
-    pip = next(r for w, r in builder if w == "RUN" and "pip install" in r)
-    assert "--find-links /tmp/envbuild-wheels" in pip and "--require-hashes" in pip
-    assert not any("wheels" in r for w, r in final if w in ("COPY", "ADD", "RUN"))
-    assert not any("pip install" in r for _, r in final)
-    assert ("COPY", "--from=builder /opt/venv /opt/venv") in final
-    # The final stage repeats the builder's steps up to the venv, so the layer cache builds
-    # them once: the same instructions in the same order.
-    venv = next(i for i, (w, r) in enumerate(builder) if "-m venv" in r)
-    copy = final.index(("COPY", "--from=builder /opt/venv /opt/venv"))
-    assert final[1:copy] == builder[1:venv]
-    assert _env(final)["PATH"].startswith("/opt/venv/bin:")
+    (stage,) = _stages(text)
+    wheels = stage.index(("COPY", "wheels/ /tmp/envbuild-wheels/"))
+    pins = stage.index(("COPY", "requirements.lock constraints.txt /opt/envbuild/"))
+    pip = next(i for i, (w, r) in enumerate(stage) if w == "RUN" and "pip install" in r)
+    assert wheels < pins < pip  # the wheelhouse changes less often than the lock
+    assert "--find-links /tmp/envbuild-wheels" in stage[pip][1]
+    assert "--require-hashes" in stage[pip][1]
+    assert not any(r.startswith("--from=") for w, r in stage if w == "COPY")
+    assert _env(stage)["PATH"].startswith("/opt/venv/bin:")
 
 
 def test_without_a_wheelhouse_or_with_buildkit_there_is_one_stage() -> None:
@@ -309,7 +304,7 @@ def test_without_a_wheelhouse_or_with_buildkit_there_is_one_stage() -> None:
     assert "--mount=type=bind,source=wheels,target=/tmp/envbuild-wheels" in text
 
 
-def test_user_system_block_runs_in_the_wheel_builder_too(tmp_path: Path) -> None:
+def test_user_system_block_runs_once_with_a_wheelhouse(tmp_path: Path) -> None:
     (tmp_path / "Dockerfile.j2").write_text(
         "{% extends envbuild_template %}\n"
         "{% block system %}\n{{ super() }}\nRUN echo user-system-step\n{% endblock %}\n"
@@ -320,13 +315,13 @@ def test_user_system_block_runs_in_the_wheel_builder_too(tmp_path: Path) -> None
         template_dir=tmp_path,
         lock_text="x",
     )
-    builder, final = _stages(text)
-    assert ("RUN", "echo user-system-step") in builder
-    assert ("RUN", "echo user-system-step") in final
+    (stage,) = _stages(text)
+    assert stage.count(("RUN", "echo user-system-step")) == 1
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", sorted(n for n in CASES if "framework" not in n))
 def test_apt_leaves_no_cache_or_lists_in_its_layer(name: str) -> None:
+    # (A framework base installs no OS packages: it brings its Python and toolkit.)
     """/var/cache/apt/*.bin (78 MB) stayed in the apt layer; removed in the same RUN."""
     apt_runs = [r for w, r in _instructions(CASES[name]()) if w == "RUN" and "apt-get install" in r]
     assert apt_runs
