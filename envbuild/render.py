@@ -364,6 +364,10 @@ def template_values(
         "os_packages": os_packages,
         "pip_index_args": _index_args(lock, options),
         "wheels": options.find_links is not None,
+        # Classic builder + wheelhouse of a GPU stack: its CUDA wheels (GBs) would stay in a
+        # COPY layer beside the installed venv, CUDA twice; a builder stage installs them and
+        # only /opt/venv is copied over. A CPU stack keeps the one stage (base.Dockerfile.j2).
+        "wheel_stage": options.find_links is not None and not options.buildkit and is_gpu(lock),
         "wheels_path": _WHEELS_PATH,
         "ca_cert": options.ca_cert is not None,
         "ca_path": _CA_PATH_SECRET if options.buildkit else _CA_PATH_CLASSIC,

@@ -17,8 +17,6 @@ RUN apt-get -o Acquire::https::CaInfo=/opt/envbuild/certs/ca.crt update \
  && rm -rf /var/lib/apt/lists/*
 
 # The venv every envbuild image uses; first on PATH, so `python` and `pip` are the venv's.
-# Without ensurepip (its pip install of pip took 16 s of a cold torch-cpu build): the install
-# step below puts the same wheel, the OS's, into the venv with uv.
 RUN python3.11 -m venv --without-pip /opt/venv
 ENV VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:$PATH \
