@@ -207,6 +207,10 @@ def _floors(
     if ngc is not None and ngc.driver is not None and Version(ngc.driver) > Version(toolkit):
         toolkit = ngc.driver  # the release notes ask for more than the CUDA toolkit does
     minor = row.minor_compat_driver
+    if ngc is not None and ngc.driver is not None and minor is not None:
+        # The notes' floor holds whatever minor-version compatibility would allow: their only
+        # way below it is the data-center forward-compat branches (`compat_drivers`).
+        minor = max(minor, ngc.driver, key=Version)
     relied = "toolkit"
     if request.compat == "minor" and minor is not None:
         driver = try_version(request.targets.driver or "")
@@ -430,11 +434,14 @@ def extras_only(packages: Sequence[Any], facts: BaseFacts) -> tuple[Any, ...]:
     return tuple(p for p in packages if str(canonicalize_name(p.name)) not in held)
 
 
-def check_extras(request: Request, facts: BaseFacts) -> None:
-    """Extra packages need pip in the base's Python."""
-    if request.packages and not facts.has_pip:
+def check_extras(request: Request, facts: BaseFacts, wanted: Sequence[str] = ()) -> None:
+    """What the base does not hold (`wanted`: [packages] lines, the project's dependencies,
+    sdists) is installed with the base's pip: without one, say so at lock time, not at build."""
+    missing = tuple(wanted) or request.packages
+    if missing and not facts.has_pip:
         raise UserError(
-            f"the base {request.base} has no pip for {facts.python_path}: the extra packages "
-            f"({', '.join(request.packages)}) cannot be installed",
-            hint="use a base with pip (python3 -m pip), or drop [packages]",
+            f"the base {request.base} has no pip for {facts.python_path}: the packages it does "
+            f"not hold ({', '.join(missing)}) cannot be installed",
+            hint="use a base with pip (python3 -m pip), or drop what it does not hold from "
+            "[packages] / the project's dependencies",
         )

@@ -585,7 +585,8 @@ def pin(
         if name == "uv":
             if req.preferences:
                 (work / PREFERENCES_FILE).write_text(preferences_text(req.preferences))
-            hashes = wheelhashes.load()
+            before = wheelhashes.snapshot(req.find_links)
+            hashes = wheelhashes.load() if before else {}
             links = _hinted_find_links(req.find_links, work, hashes)
             result = runner(uv_argv(base, replace(req, find_links=links)), work, env)
             if result.returncode != 0:
@@ -593,7 +594,8 @@ def pin(
             out = work / PREFERENCES_FILE
             text = out.read_text() if out.exists() else result.stdout
             packages = parse_pylock(text, req)
-            wheelhashes.remember(_local_wheel_hashes(text, req.find_links), hashes)
+            if before:
+                wheelhashes.remember(_local_wheel_hashes(text, req.find_links), hashes, before)
             sdists = tuple(sorted(sdist_urls(text).items()))
         else:
             if req.offline:

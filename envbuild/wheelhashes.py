@@ -69,14 +69,32 @@ def known(path: str, stored: Mapping[str, tuple[Identity, str]]) -> str | None:
     return entry[1] if identity is not None and identity == entry[0] else None
 
 
-def remember(pairs: Iterable[tuple[str, str]], stored: Mapping[str, tuple[Identity, str]]) -> None:
-    """Store (path, sha256 hex) pairs taken from uv's output; best effort."""
+def snapshot(links: Iterable[str]) -> dict[str, Identity]:
+    """The identity of every wheel in the local wheels-only folders of `links`, taken before
+    uv runs: a hash uv reports is stored only for a file that did not change meanwhile."""
+    out: dict[str, Identity] = {}
+    for link in links:
+        for path in wheels_only(link) or ():
+            identity = _identity(path)
+            if identity is not None:
+                out[path] = identity
+    return out
+
+
+def remember(
+    pairs: Iterable[tuple[str, str]],
+    stored: Mapping[str, tuple[Identity, str]],
+    before: Mapping[str, Identity],
+) -> None:
+    """Store (path, sha256 hex) pairs taken from uv's output; best effort. A file whose
+    identity is not the one `before` took (rewritten while uv ran, or not seen then) is left
+    out: uv may have hashed the old bytes, or copied the hash it was handed."""
     pairs = list(pairs)
     new = dict(stored)
     changed = False
     for path, digest in pairs:
         identity = _identity(path)
-        if identity is None or new.get(path) == (identity, digest):
+        if identity is None or identity != before.get(path) or new.get(path) == (identity, digest):
             continue
         new[path] = (identity, digest)
         changed = True

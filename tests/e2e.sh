@@ -19,7 +19,7 @@
 #   7. images/torch-project (a pyproject.toml project, torch CPU from E2E_WHEELS=/opt/wheels):
 #      its code installed, its own smoke command passes and is in the report; a code change
 #      rebuilds at most its last 3 layers
-#   8. images/torch-ext: a CUDA extension compiled for the lock's GPUs (15-20 min on 2 cores)
+#   8. images/torch-ext: a CUDA extension compiled for the lock's GPUs (about 7 min on 2 cores from a clean clone)
 # `bash tests/e2e.sh prepare` only starts the engine and makes the base image (.ci/run uses it
 # so the engine-marked tests of `make check` run too). E2E_PODMAN=0, E2E_PROJECT=0 and
 # E2E_TORCH_EXT=0 skip steps 6, 7 and 8; E2E_REGISTRY_PORT (5955) is the registry's port when

@@ -113,7 +113,7 @@ def lock_extras(
     wanted = tuple(line for line in lines if not satisfied(line))
     if not wanted:
         return BaseExtras(project=project)
-    framework_base.check_extras(request, facts)
+    framework_base.check_extras(request, facts, wanted)
     upgrade_set = {str(canonicalize_name(n)) for n in upgrade_packages}
     find_links = tuple(resolve_local(f, image_dir) for f in request.indexes.find_links)
     extra_constraints = tuple(c.text for c in project.constraints) if project is not None else ()

@@ -87,6 +87,15 @@ def read_facts(
     ngc = matrix.ngc_image(ref)
     if ngc is not None:
         why = _not_probed(engine, ref)
+        if why and "@" in ref:
+            # Pulled by digest, the tag is ignored: the row of the tag says nothing about it.
+            raise UserError(
+                f"{ref} names a digest, so the matrix row of its tag ({ngc.source}) cannot "
+                f"stand in for the image, and it cannot be probed: {why}",
+                hint=f"`docker pull {ref}` and lock again (the probe is then checked against "
+                "the row), or name the tag alone",
+                fields={"image": ref},
+            )
         if why:
             return _row_facts(request, ngc, matrix, why, previous, offline)
     facts = probe_base(engine, ref, framework)

@@ -501,8 +501,10 @@ class Matrix:
         )
 
     def ngc_image(self, ref: str) -> NgcImage | None:
-        """The NGC row of an image reference, exact ("nvcr.io/nvidia/pytorch:25.12-py3"); a
-        digest after the tag ("...-py3@sha256:...") is ignored: it pins the same tag."""
+        """The NGC row of an image reference, exact ("nvcr.io/nvidia/pytorch:25.12-py3"), also
+        with a digest after the tag ("...-py3@sha256:..."). The engine ignores the tag of such a
+        reference, so the lock uses a row found this way only to check a probe of the image
+        (envbuild/app/base_lock.py), never in place of one."""
         name = ref.split("@", 1)[0]
         return next((row for row in self.ngc_images if row.image == name), None)
 

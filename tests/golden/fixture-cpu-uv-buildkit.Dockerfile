@@ -23,10 +23,12 @@ ENV VIRTUAL_ENV=/opt/venv \
 
 # The lock's pins, installed hash-checked; the same pins stay as constraints for later installs.
 COPY requirements.lock constraints.txt /opt/envbuild/
-RUN --mount=type=secret,id=envbuild-ca,target=/run/secrets/envbuild-ca.crt,required=true --mount=type=cache,target=/root/.cache/pip --mount=type=cache,target=/root/.cache/uv --mount=type=bind,source=wheels,target=/tmp/envbuild-wheels pip_wheel="$(ls /usr/share/python-wheels/pip-*.whl | sort -V | tail -n 1)" \
+RUN --mount=type=secret,id=envbuild-ca,target=/run/secrets/envbuild-ca.crt,required=true --mount=type=cache,target=/root/.cache/pip --mount=type=cache,target=/root/.cache/uv --mount=type=bind,source=wheels,target=/tmp/envbuild-wheels pip_wheel="$(ls /usr/share/python-wheels/pip-*.whl 2>/dev/null | sort -V | tail -n 1 || true)" \
+ && if [ -n "$pip_wheel" ] && python "$pip_wheel/pip" --version > /dev/null 2>&1; then pip_run="python $pip_wheel/pip"; \
+    else pip_wheel=""; pip_run="python -m pip"; python -m ensurepip --default-pip > /dev/null; fi \
  && printf '%s\n' 'uv==0.13.9 --hash=sha256:70159135be09b454951e34d4ee46773c5fe454ce39621a94fe1b719a8084906e --hash=sha256:71a1af3ea1d1a71e8b12711eb418d310506aa573f5f608e6a7742a018b29c948' \
-  | PIP_CERT=/run/secrets/envbuild-ca.crt REQUESTS_CA_BUNDLE=/run/secrets/envbuild-ca.crt SSL_CERT_FILE=/run/secrets/envbuild-ca.crt python "$pip_wheel/pip" install --require-hashes --no-deps --target /tmp/envbuild-installer --index-url https://mirror.example.com/pypi/simple --find-links /tmp/envbuild-wheels -r /dev/stdin \
- && /tmp/envbuild-installer/bin/uv pip install --no-deps --no-index --compile-bytecode --link-mode copy --python /opt/venv/bin/python "$pip_wheel" \
+  | PIP_CERT=/run/secrets/envbuild-ca.crt REQUESTS_CA_BUNDLE=/run/secrets/envbuild-ca.crt SSL_CERT_FILE=/run/secrets/envbuild-ca.crt $pip_run install --require-hashes --no-deps --target /tmp/envbuild-installer --index-url https://mirror.example.com/pypi/simple --find-links /tmp/envbuild-wheels -r /dev/stdin \
+ && { [ -z "$pip_wheel" ] || /tmp/envbuild-installer/bin/uv pip install --no-deps --no-index --compile-bytecode --link-mode copy --python /opt/venv/bin/python "$pip_wheel"; } \
  && SSL_CERT_FILE=/run/secrets/envbuild-ca.crt /tmp/envbuild-installer/bin/uv pip install --require-hashes --no-deps --compile-bytecode --link-mode copy --python /opt/venv/bin/python \
     --index-url https://mirror.example.com/pypi/simple \
     --extra-index-url https://download.pytorch.org/whl/cpu \

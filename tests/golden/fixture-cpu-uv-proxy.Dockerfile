@@ -28,10 +28,12 @@ ENV VIRTUAL_ENV=/opt/venv \
 COPY wheels/ /tmp/envbuild-wheels/
 # The lock's pins, installed hash-checked; the same pins stay as constraints for later installs.
 COPY requirements.lock constraints.txt /opt/envbuild/
-RUN pip_wheel="$(ls /usr/share/python-wheels/pip-*.whl | sort -V | tail -n 1)" \
+RUN pip_wheel="$(ls /usr/share/python-wheels/pip-*.whl 2>/dev/null | sort -V | tail -n 1 || true)" \
+ && if [ -n "$pip_wheel" ] && python "$pip_wheel/pip" --version > /dev/null 2>&1; then pip_run="python $pip_wheel/pip"; \
+    else pip_wheel=""; pip_run="python -m pip"; python -m ensurepip --default-pip > /dev/null; fi \
  && printf '%s\n' 'uv==0.13.9 --hash=sha256:70159135be09b454951e34d4ee46773c5fe454ce39621a94fe1b719a8084906e --hash=sha256:71a1af3ea1d1a71e8b12711eb418d310506aa573f5f608e6a7742a018b29c948' \
-  | PIP_CERT=/opt/envbuild/certs/ca.crt REQUESTS_CA_BUNDLE=/opt/envbuild/certs/ca.crt SSL_CERT_FILE=/opt/envbuild/certs/ca.crt python "$pip_wheel/pip" install --no-cache-dir --require-hashes --no-deps --target /tmp/envbuild-installer --find-links /tmp/envbuild-wheels -r /dev/stdin \
- && /tmp/envbuild-installer/bin/uv pip install --no-deps --no-index --compile-bytecode --no-cache --python /opt/venv/bin/python "$pip_wheel" \
+  | PIP_CERT=/opt/envbuild/certs/ca.crt REQUESTS_CA_BUNDLE=/opt/envbuild/certs/ca.crt SSL_CERT_FILE=/opt/envbuild/certs/ca.crt $pip_run install --no-cache-dir --require-hashes --no-deps --target /tmp/envbuild-installer --find-links /tmp/envbuild-wheels -r /dev/stdin \
+ && { [ -z "$pip_wheel" ] || /tmp/envbuild-installer/bin/uv pip install --no-deps --no-index --compile-bytecode --no-cache --python /opt/venv/bin/python "$pip_wheel"; } \
  && SSL_CERT_FILE=/opt/envbuild/certs/ca.crt /tmp/envbuild-installer/bin/uv pip install --require-hashes --no-deps --compile-bytecode --no-cache --python /opt/venv/bin/python \
     --extra-index-url https://download.pytorch.org/whl/cpu \
     --find-links /tmp/envbuild-wheels \

@@ -23,10 +23,12 @@ ENV VIRTUAL_ENV=/opt/venv \
 
 # The lock's pins, installed hash-checked; the same pins stay as constraints for later installs.
 COPY requirements.lock constraints.txt /opt/envbuild/
-RUN pip_wheel="$(ls /usr/share/python-wheels/pip-*.whl | sort -V | tail -n 1)" \
+RUN pip_wheel="$(ls /usr/share/python-wheels/pip-*.whl 2>/dev/null | sort -V | tail -n 1 || true)" \
+ && if [ -n "$pip_wheel" ] && python "$pip_wheel/pip" --version > /dev/null 2>&1; then pip_run="python $pip_wheel/pip"; \
+    else pip_wheel=""; pip_run="python -m pip"; python -m ensurepip --default-pip > /dev/null; fi \
  && printf '%s\n' 'uv==0.13.9 --hash=sha256:d7f459fe4fd247d830351c75686d3996ace3c6f3f728eb0e85a30b7ada0cef19' \
-  | python "$pip_wheel/pip" install --no-cache-dir --require-hashes --no-deps --target /tmp/envbuild-installer -r /dev/stdin \
- && /tmp/envbuild-installer/bin/uv pip install --no-deps --no-index --compile-bytecode --no-cache --python /opt/venv/bin/python "$pip_wheel" \
+  | $pip_run install --no-cache-dir --require-hashes --no-deps --target /tmp/envbuild-installer -r /dev/stdin \
+ && { [ -z "$pip_wheel" ] || /tmp/envbuild-installer/bin/uv pip install --no-deps --no-index --compile-bytecode --no-cache --python /opt/venv/bin/python "$pip_wheel"; } \
  && /tmp/envbuild-installer/bin/uv pip install --require-hashes --no-deps --compile-bytecode --no-cache --python /opt/venv/bin/python \
     -r /opt/envbuild/requirements.lock \
  && rm -rf /tmp/envbuild-installer

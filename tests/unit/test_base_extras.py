@@ -129,3 +129,24 @@ def test_installing_the_project_needs_pip_in_the_base(tmp_path: Path) -> None:
         f"[project] install = true, but the base {REF} has no pip for /usr/bin/python to "
         "install the project with"
     )
+
+
+def test_project_dependencies_the_base_lacks_need_its_pip_at_lock_time(tmp_path: Path) -> None:
+    """Not only [packages]: a project's own dependency the base does not hold is installed
+    with the base's pip, so a base without one is refused when locking, not when building."""
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname = "p"\nversion = "0"\ndependencies = ["rich>=13"]\n'
+    )
+    request = _request(
+        dependency_files=DependencyFiles(files=("pyproject.toml",)),
+        project=ProjectSettings(path=".", install=False),
+        indexes=Indexes(),
+    )
+    facts = dataclasses.replace(FACTS, has_pip=False)
+    stack = fb.stack_for_base(request, facts, load_matrix_from(None))
+    with pytest.raises(UserError) as info:
+        lock_extras(tmp_path, request, facts, stack, offline=True)
+    assert info.value.message == (
+        f"the base {REF} has no pip for /usr/bin/python: the packages it does not hold "
+        "(rich>=13) cannot be installed"
+    )

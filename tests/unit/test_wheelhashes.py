@@ -66,10 +66,28 @@ def test_second_pin_gives_uv_the_hash_uv_reported(house: Path) -> None:
 def test_a_rewritten_wheel_is_hashed_by_uv_again(house: Path) -> None:
     uv = RecordingUv(house)
     _pin(house, uv)
-    (house / WHEEL).write_bytes(b"other bytes, same name")
+    (house / WHEEL).write_bytes(b"WHEEL BYTES")  # the same size: only the times tell
     os.utime(house / WHEEL, ns=(1, 1))
     _pin(house, uv)
     assert uv.links[1] == str(house)
+
+
+class RewritingUv(RecordingUv):
+    """uv answering while the wheel is rewritten under it (same size, new times)."""
+
+    def __call__(self, argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> RunResult:
+        (self.house / WHEEL).write_bytes(b"WHEEL BYTES")
+        os.utime(self.house / WHEEL, ns=(1, 1))
+        return super().__call__(argv, cwd, env)
+
+
+def test_a_wheel_rewritten_while_uv_runs_is_not_remembered(house: Path) -> None:
+    """uv's hash may be of the old bytes: stored under the new file's identity it would be
+    handed to every later lock as the hash of bytes it never described."""
+    _pin(house, RewritingUv(house))
+    uv = RecordingUv(house)
+    _pin(house, uv)
+    assert uv.links == [str(house)]
 
 
 def test_a_folder_with_more_than_wheels_stays_with_uv(house: Path) -> None:
