@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import re
+from collections.abc import Callable
 from typing import Any
 
 _MANIFEST_TYPES = ", ".join(
@@ -120,6 +121,24 @@ def registry_digest(ref: str, *, timeout: float = 5.0, retries: int = 2) -> str 
     return None
 
 
+def lock_digest(
+    ref: str,
+    previous_ref: str | None,
+    previous_digest: str | None,
+    *,
+    offline: bool,
+    lookup: Callable[[str], str | None] | None = None,
+) -> str | None:
+    """The digest a new lock records for its base `ref`: the previous lock's when it locked the
+    same ref (a re-lock does not move the base), else the registry's (`lookup`, default
+    registry_digest; not asked with --offline); None when neither gives one."""
+    if previous_ref == ref and previous_digest is not None:
+        return previous_digest
+    if offline:
+        return None
+    return (lookup or registry_digest)(ref)
+
+
 def _get_manifest(session: Any, url: str, repo: str, timeout: float) -> Any:
     """The manifest response, with an anonymous token when the registry asks for one; None
     when it wants credentials envbuild does not have."""
@@ -217,9 +236,17 @@ def push_kind(message: str) -> str:
     """ "quota", "auth", "tls", "unreachable" or "other" for an engine's push error text."""
     text = message.lower()
     for kind, markers in _PUSH_FAILURES:
-        if any(marker in text for marker in markers):
+        if any(_says(text, marker) for marker in markers):
             return kind
     return "other"
+
+
+def _says(text: str, marker: str) -> bool:
+    """A word marker anywhere; a status code ("429") only as a number of its own, so a port,
+    an address or a digest that happens to hold those digits ("10.0.0.5:34291") is not one."""
+    if not marker.isdigit():
+        return marker in text
+    return re.search(rf"(?<![\w.:]){marker}(?![\w.:])", text) is not None
 
 
 def _push_hint(kind: str, registry: str, repo: str) -> str:

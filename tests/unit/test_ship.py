@@ -120,6 +120,14 @@ def test_a_refused_push_says_the_image_passed_and_where_it_is(
         ("toomanyrequests: quota exceeded", "quota"),
         ("denied: storage quota exceeded for project ml", "quota"),
         ("received unexpected HTTP status: 503 Service Unavailable", "other"),
+        ("received unexpected HTTP status: 429 Too Many Requests", "quota"),
+        ("unexpected status code 413 Request Entity Too Large", "quota"),
+        # A port holding "429" is not a status (seen in CI-like runs: a random registry port).
+        (
+            'Get "https://10.0.0.5:34291/v2/": http: server gave HTTP response to HTTPS client',
+            "tls",
+        ),
+        ("dial tcp 10.4.29.7:4290: connect: connection refused", "unreachable"),
         (
             'Get "http://127.0.0.1:5999/v2/": dial tcp 127.0.0.1:5999: connect: connection refused',
             "unreachable",
