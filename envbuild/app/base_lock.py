@@ -148,11 +148,14 @@ def _row_facts(
             hint=f"lock where the engine has the image (`docker pull {ref}`)",
             fields={"base": ref, "row": ngc.key},
         )
-    digest = previous.base_digest if previous and previous.stack.base_image.ref == ref else None
-    if digest is None and not offline:
-        from envbuild import registry
+    from envbuild import registry
 
-        digest = registry.registry_digest(ref)
+    digest = registry.lock_digest(
+        ref,
+        previous.stack.base_image.ref if previous is not None else None,
+        previous.base_digest if previous is not None else None,
+        offline=offline,
+    )
     warnings = [f"{ref}: facts from the matrix row {where} ({ngc.source}), not probed: {why}"]
     if digest is None:
         warnings.append(

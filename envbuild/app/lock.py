@@ -626,14 +626,16 @@ def _base_digest(
     stack: Stack, previous: Lock | None, offline: bool, digest_lookup: DigestLookup | None
 ) -> tuple[str | None, list[str]]:
     """The base image digest: the locked one for the same ref, else the registry's."""
-    ref = stack.base_image.ref
-    digest: str | None = None
-    if previous is not None and previous.stack.base_image.ref == ref:
-        digest = previous.base_digest
-    if digest is None and not offline:
-        from envbuild import registry
+    from envbuild import registry
 
-        digest = (digest_lookup or registry.registry_digest)(ref)
+    ref = stack.base_image.ref
+    digest = registry.lock_digest(
+        ref,
+        previous.stack.base_image.ref if previous is not None else None,
+        previous.base_digest if previous is not None else None,
+        offline=offline,
+        lookup=digest_lookup,
+    )
     if digest is not None:
         return digest, []
     why = "--offline: registry not asked" if offline else "no registry reachable"
