@@ -373,7 +373,7 @@ LOCK_GOAL = 1.15
 
 
 def bench_lock_one(name: str, work: Path, repeat: int, cold_repeat: int) -> tuple[list[Row], str]:
-    from envbuild import lockfile, pydeps
+    from envbuild import lockfile, pydeps, uvenv
     from envbuild.request import load_request
 
     src = ROOT / "images" / name
@@ -408,7 +408,7 @@ def bench_lock_one(name: str, work: Path, repeat: int, cold_repeat: int) -> tupl
     (peer_dir / "requirements.in").write_text(requirements)
     # The peer runs with the same scrubbed environment envbuild gives uv (no PIP_*/UV_* index
     # settings from this machine), so both see the same indexes.
-    base_env = pydeps.isolated_env(os.environ)
+    base_env = uvenv.isolated_env(os.environ)
 
     def peer(cache: Path, *, keep: bool = False) -> Callable[[], object]:
         def go() -> None:

@@ -32,7 +32,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 
-from envbuild import pydeps
+from envbuild import pydeps, uvenv
 from envbuild.errors import PinError, RequestError, UnsatisfiableError
 from envbuild.fsio import read_input
 from envbuild.models import ProjectSettings, Request
@@ -481,7 +481,7 @@ def _uv_lock(reader: _Reader, path: Path, extras: Sequence[str], groups: Sequenc
             hint="pip install uv (it is in envbuild's dev extra)",
         )
     runner = reader.runner or run_uv
-    env = pydeps.isolated_env(os.environ)
+    env = uvenv.isolated_env(os.environ)
     result = runner(uv_export_argv(uv, path.parent, extras, groups), path.parent, env)
     if result.returncode != 0:
         tail = "\n".join(result.stderr.strip().splitlines()[-8:])

@@ -34,6 +34,7 @@ from envbuild import wheelhashes
 from envbuild.errors import PinError, UnsatisfiableError
 from envbuild.locations import resolve_local
 from envbuild.models import Lock, LockedPackage, Request
+from envbuild.uvenv import isolated_env
 
 PYPI_SIMPLE = "https://pypi.org/simple"
 # manylinux_2_28 (glibc 2.28) is the oldest tag torch >= 2.6 wheels use and every OS in the
@@ -160,8 +161,9 @@ def select_tool(prefer: str | None = None) -> tuple[str, list[str]]:
 PREFERENCES_FILE = "pylock.toml"
 
 
-def uv_argv(uv: Sequence[str], req: PinRequest) -> list[str]:
-    """The `uv pip compile` command line; run in a folder holding requirements.in."""
+def uv_argv(uv: Sequence[str], req: PinRequest, *, interpreter: str | None = None) -> list[str]:
+    """The `uv pip compile` command line; run in a folder holding requirements.in.
+    `interpreter`: the Python uv is told to use instead of looking for one (see `pin`)."""
     argv = [
         *uv,
         "pip",
@@ -203,6 +205,8 @@ def uv_argv(uv: Sequence[str], req: PinRequest) -> list[str]:
         argv += ["--no-binary", name]
     if req.dependency_metadata:
         argv += ["--config-file", DEPENDENCY_METADATA_FILE]
+    if interpreter:
+        argv += ["--python", interpreter]
     return argv
 
 
@@ -517,48 +521,6 @@ def classify_failure(tool: str, stderr: str, req: PinRequest) -> Exception:
 _SOURCE_ONLY = re.compile(r"Wheels are required for `([A-Za-z0-9._-]+)` because building")
 
 
-# Settings that would silently add indexes, find-links or constraints to a lock: the request's
-# [indexes] are the only sources (a lock made on one machine must match one made on another).
-_LEAKY_ENV = (
-    "PIP_INDEX_URL",
-    "PIP_EXTRA_INDEX_URL",
-    "PIP_FIND_LINKS",
-    "PIP_CONSTRAINT",
-    "PIP_REQUIREMENT",
-    "PIP_NO_INDEX",
-    "PIP_ONLY_BINARY",
-    "PIP_NO_BINARY",
-    "PIP_PRE",
-)
-
-
-# uv settings that only say how to reach an index, never which: TLS, caches, and credentials
-# (https://docs.astral.sh/uv/concepts/authentication/: netrc through NETRC, a keyring, and
-# UV_INDEX_<NAME>_USERNAME / _PASSWORD). Credentials never travel in a URL (request.py).
-_UV_KEPT = ("UV_CACHE_DIR", "UV_NATIVE_TLS", "UV_HTTP_TIMEOUT", "UV_KEYRING_PROVIDER")
-
-
-def _uv_kept(key: str) -> bool:
-    return key in _UV_KEPT or (
-        key.startswith("UV_INDEX_") and key.endswith(("_USERNAME", "_PASSWORD"))
-    )
-
-
-def isolated_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """The environment for uv/pip: no index settings from the machine; TLS, caches and the
-    ways uv and pip take credentials (NETRC, a keyring, UV_INDEX_<NAME>_USERNAME/_PASSWORD)
-    are kept."""
-    env = {
-        k: v
-        for k, v in environ.items()
-        if k not in _LEAKY_ENV and not (k.startswith("UV_") and not _uv_kept(k))
-    }
-    env["UV_PYTHON_DOWNLOADS"] = "never"  # uv must not fetch an interpreter to lock for one
-    env["PIP_CONFIG_FILE"] = os.devnull  # pip.conf may add indexes/find-links/constraints
-    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
-    return env
-
-
 # --- entry point -------------------------------------------------------------------------------
 
 
@@ -588,7 +550,12 @@ def pin(
             before = wheelhashes.snapshot(req.find_links)
             hashes = wheelhashes.load() if before else {}
             links = _hinted_find_links(req.find_links, work, hashes)
-            result = runner(uv_argv(base, replace(req, find_links=links)), work, env)
+            # uv wants an interpreter only to build sdists, which it never does here
+            # (--only-binary; source packages come with their metadata): naming the one
+            # envbuild runs on spares uv its search of PATH, which on a pyenv machine runs
+            # pyenv's shell shims (0.25 s of a 0.7 s lock, benchmarks/RESULTS.md, section 3).
+            argv = uv_argv(base, replace(req, find_links=links), interpreter=sys.executable)
+            result = runner(argv, work, env)
             if result.returncode != 0:
                 raise classify_failure("uv", result.stderr, req)
             out = work / PREFERENCES_FILE

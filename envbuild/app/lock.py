@@ -85,9 +85,11 @@ def lock(
     upgrade_packages: Sequence[str] = (),
     offline: bool = False,
     matrix_overlay: Path | None = None,
+    runner: pydeps.Runner | None = None,
 ) -> LockOutcome:
     """`envbuild lock DIR`: write `DIR/envbuild.lock` (only when it changes); with `check`,
-    verify it without network (StaleLockError, exit 1, when missing/stale/edited)."""
+    verify it without network (StaleLockError, exit 1, when missing/stale/edited). `runner`
+    runs uv (`envbuild.headstart` passes one that may have started it already)."""
     if check:
         return check_image(image_dir, matrix_overlay=matrix_overlay)
     return lock_image(
@@ -96,6 +98,7 @@ def lock(
         upgrade_packages=upgrade_packages,
         offline=offline,
         matrix_overlay=matrix_overlay,
+        runner=runner,
     )
 
 

@@ -60,23 +60,36 @@ def command(
 
     Without --upgrade, previous picks that still satisfy the request are kept.
     """
-    from envbuild.app import lock
-    from envbuild.errors import UserError
+    import os
+
+    from envbuild import headstart
 
     if check and (upgrade or upgrade_packages or offline):
+        from envbuild.errors import UserError
+
         raise UserError(
             "--check verifies the lock as it is; it cannot be combined with "
             "--upgrade, --upgrade-package or --offline",
             hint=f"run `envbuild lock --check {image_dir}` alone",
         )
-    outcome = lock.lock(
-        image_dir=image_dir,
-        check=check,
-        upgrade=upgrade,
-        upgrade_packages=upgrade_packages,
-        offline=offline,
-        matrix_overlay=matrix_overlay(),
-    )
+    # uv starts before the lock path is even imported when this folder was locked the same
+    # way before (envbuild/headstart.py says when its result is taken); --check runs no uv.
+    overlay_env = os.environ.get("ENVBUILD_MATRIX_OVERLAY", "")
+    flags = [f"upgrade={upgrade}", f"offline={offline}", f"overlay={overlay_env}"]
+    ahead = headstart.idle() if check else headstart.begin(image_dir, [*flags, *upgrade_packages])
+    with ahead:
+        from envbuild import pydeps
+        from envbuild.app import lock
+
+        outcome = lock.lock(
+            image_dir=image_dir,
+            check=check,
+            upgrade=upgrade,
+            upgrade_packages=upgrade_packages,
+            offline=offline,
+            matrix_overlay=matrix_overlay(),
+            runner=ahead.runner(pydeps.run_subprocess),
+        )
     stack = outcome.lock.stack
     if as_json:
         console.emit_json(

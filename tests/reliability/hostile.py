@@ -33,7 +33,7 @@ args = sys.argv[1:]
 out = Path(args[args.index("--output-file") + 1]) if "--output-file" in args else None
 prefs = out.read_text() if out is not None and out.exists() else None
 with open({log!r}, "a") as fh:
-    fh.write(json.dumps({{"argv": args, "env": dict(os.environ), "preferences": prefs}}) + "\\n")
+    fh.write(json.dumps({{"argv": args, "env": dict(os.environ), "preferences": prefs, "cwd": os.getcwd()}}) + "\\n")
 fail = {fail!r}
 if fail is not None:
     sys.stderr.write(fail)

@@ -4,6 +4,7 @@ failure messages, and a few live runs against PyPI (marked network)."""
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -142,6 +143,14 @@ def test_pin_writes_preferences_and_isolates_index_settings(
     assert "PIP_EXTRA_INDEX_URL" not in fake.env and "UV_INDEX_URL" not in fake.env
     assert fake.env["UV_CACHE_DIR"] == "/tmp/uvcache"
     assert fake.env["UV_PYTHON_DOWNLOADS"] == "never"
+    # uv is handed this interpreter (it builds nothing) instead of searching PATH for one.
+    assert fake.argv[-2:] == ["--python", sys.executable]
+
+
+def test_the_peer_command_names_no_interpreter() -> None:
+    """What a user types by hand: `uv pip compile` as it comes, uv finds its own Python."""
+    assert "--python" not in pydeps.uv_argv(["uv"], _req())
+    assert pydeps.uv_argv(["uv"], _req(), interpreter="/py")[-2:] == ["--python", "/py"]
 
 
 RECORDED_UV_ERRORS = [

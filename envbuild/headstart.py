@@ -1,0 +1,265 @@
+"""`uv pip compile` started before `envbuild lock` knows it needs it: the lock's head start.
+
+Before it can start uv, `envbuild lock` reads the request, loads the matrix, resolves the
+stack and imports what that takes (about 0.25 s on a 2-core machine); uv then spends most of
+its time waiting on the index (benchmarks/RESULTS.md, section 3). When a folder is locked
+again with the same flags and unchanged files, uv's command is almost always the one the
+previous lock of that folder ran. So the command starts at once, beside envbuild's own work,
+and its result is taken only when the command envbuild then builds is the same one: argv,
+every file of uv's working folder, the environment, and the identity (`envbuild.wheelhashes`)
+of every wheel in the local find-links folders it reads. Anything else and it is killed and uv
+runs as it always did: the lock is the same either way, only sooner.
+
+What the last lock of a folder ran is kept in the user cache, one small JSON file per folder
+and set of flags, written atomically and read only when it is the user's own (it names a
+command to run). Imports only the standard library and `envbuild.codecache`/`wheelhashes`/
+`uvenv`, which `import click` has already paid for.
+"""
+
+from __future__ import annotations
+
+import binascii
+import contextlib
+import json
+import os
+import subprocess
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from envbuild import codecache, wheelhashes
+from envbuild.uvenv import isolated_env
+
+if TYPE_CHECKING:
+    from envbuild.pydeps import Runner, RunResult
+
+FOLDER = "headstart"
+WORK = "{work}"
+"""Stands for uv's working folder in a kept command (each run has its own temporary one)."""
+FORMAT = 1
+DISABLE_ENV = "ENVBUILD_NO_HEADSTART"
+"""Set to 1 to start uv only once envbuild has built its command (the lock is the same)."""
+
+
+def record_key(image_dir: Path, options: Sequence[str]) -> str:
+    """What a kept command is for: this envbuild, the folder, the flags."""
+    from envbuild import __version__
+
+    return json.dumps([__version__, str(image_dir.resolve()), list(options)])
+
+
+def record_path(key: str) -> Path:
+    """Where the command of the last lock with this `record_key` is kept (a checksum names
+    the file; the record holds the whole key, compared exactly)."""
+    name = f"{binascii.crc32(key.encode()):08x}"
+    return Path(codecache.user_cache_dir()) / FOLDER / f"{name}.json"
+
+
+def inputs_stamp(image_dir: Path) -> str:
+    """What the image folder's plain files are (name, size, mtime, ctime, inode), without
+    opening any: a changed envbuild.toml or lock, or a new file, makes a new stamp. Only
+    decides whether to try; the exact comparison decides whether to use."""
+    entries = []
+    with contextlib.suppress(OSError), os.scandir(image_dir) as it:
+        for e in it:
+            with contextlib.suppress(OSError):
+                if e.is_file():
+                    st = e.stat()
+                    entries.append([e.name, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino])
+    return json.dumps(sorted(entries))
+
+
+def read_record(path: Path) -> dict[str, Any] | None:
+    """The kept command, or None when absent, not the user's own, or not one this writes."""
+    try:
+        with open(path, "rb") as f:
+            if not codecache.own_file(f.fileno()):
+                return None
+            data = json.loads(f.read())
+    except (OSError, ValueError):
+        return None
+    ok = (
+        isinstance(data, dict)
+        and data.get("format") == FORMAT
+        and isinstance(data.get("key"), str)
+        and isinstance(data.get("inputs"), str)
+        and isinstance(data.get("argv"), list)
+        and all(isinstance(a, str) for a in data["argv"])
+        and isinstance(data.get("files"), dict)
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in data["files"].items())
+    )
+    return data if ok and data["argv"] else None
+
+
+def read_folder(folder: Path) -> dict[str, str]:
+    """The text of every plain file in uv's working folder (what envbuild wrote for uv)."""
+    out = {}
+    for e in sorted(os.scandir(folder), key=lambda e: e.name):
+        if e.is_file(follow_symlinks=False):
+            out[e.name] = Path(e.path).read_text()
+    return out
+
+
+def find_link_folders(argv: Sequence[str]) -> list[str]:
+    """The `--find-links` values of `argv`: uv reads the wheels of the local folders."""
+    return [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--find-links"]
+
+
+def generic(argv: Sequence[str], work: Path) -> list[str]:
+    """`argv` with its working folder written as WORK."""
+    return [a.replace(str(work), WORK) for a in argv]
+
+
+def specific(argv: Sequence[str], work: Path) -> list[str]:
+    return [a.replace(WORK, str(work)) for a in argv]
+
+
+class Started:
+    """uv running in its own working folder, its output going to unnamed files."""
+
+    def __init__(self, argv: Sequence[str], files: Mapping[str, str], env: Mapping[str, str]):
+        self.argv = list(argv)
+        self.files = dict(files)
+        self.env = dict(env)
+        self.work = Path(tempfile.mkdtemp(prefix="envbuild-headstart-"))
+        # Files, not pipes: nothing reads uv's output until it ends. Closed by close().
+        self._out: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115
+        self._err: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115
+        self.proc: subprocess.Popen[bytes] | None = None
+        try:
+            for name, text in files.items():
+                if "/" in name or name in ("", ".", ".."):
+                    raise OSError(f"not a file name: {name!r}")
+                (self.work / name).write_text(text)
+            real = specific(argv, self.work)
+            self.wheels = wheelhashes.snapshot(find_link_folders(real))
+            self.proc = subprocess.Popen(
+                real, cwd=self.work, env=self.env, stdout=self._out, stderr=self._err
+            )
+        except BaseException:
+            self.close()
+            raise
+
+    def same(self, argv: Sequence[str], files: Mapping[str, str], env: Mapping[str, str]) -> bool:
+        """Is (argv, files, env) the command this runs, and no wheel it may read changed?"""
+        if self.argv != list(argv) or self.files != dict(files) or self.env != dict(env):
+            return False
+        return wheelhashes.snapshot(find_link_folders(specific(argv, self.work))) == self.wheels
+
+    def finish(self, into: Path) -> tuple[int, str, str]:
+        """Wait for uv, copy what it wrote into `into`; (returncode, stdout, stderr)."""
+        assert self.proc is not None  # set by __init__, or it raised
+        code = self.proc.wait()
+        for name, text in read_folder(self.work).items():
+            if self.files.get(name) != text:
+                (into / name).write_text(text)
+        return code, _read(self._out), _read(self._err)
+
+    def close(self) -> None:
+        """Kill uv if it still runs; remove its folder and output."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._out.close()
+        self._err.close()
+        import shutil  # only here: its import would delay the start
+
+        shutil.rmtree(self.work, ignore_errors=True)
+
+
+def _read(f: IO[bytes]) -> str:
+    f.seek(0)
+    return f.read().decode(errors="replace")
+
+
+class HeadStart:
+    """The head start of one `envbuild lock` run (a context manager: leaving it kills uv)."""
+
+    def __init__(self, key: str, inputs: str, started: Started | None) -> None:
+        self.key = key
+        self.inputs = inputs
+        self.started = started
+        self.used = False
+        self._first = True
+        self._keep_text = b""
+
+    def __enter__(self) -> HeadStart:
+        return self
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        self.close()
+        # Kept once the whole lock went through: what failed is not worth starting again.
+        if exc_type is None and self._keep_text:
+            codecache.write_bytes(str(record_path(self.key)), self._keep_text)
+
+    def close(self) -> None:
+        if self.started is not None:
+            self.started.close()
+            self.started = None
+
+    def runner(self, fallback: Runner) -> Runner:
+        """`fallback` for every command but the first; the first is taken from the started uv
+        when it is the same command, and kept for the next lock when it succeeds."""
+
+        def run(argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> RunResult:
+            if not self._first:
+                return fallback(argv, cwd, env)
+            self._first = False
+            command, files = generic(argv, cwd), read_folder(cwd)
+            result = self._take(command, files, env, cwd) or fallback(argv, cwd, env)
+            if result.returncode == 0:
+                self._keep(command, files)
+            return result
+
+        return run
+
+    def _take(
+        self, argv: list[str], files: Mapping[str, str], env: Mapping[str, str], cwd: Path
+    ) -> RunResult | None:
+        from envbuild.pydeps import RunResult
+
+        started, self.started = self.started, None
+        if started is None:
+            return None
+        try:
+            if not started.same(argv, files, env):
+                return None
+            self.used = True
+            return RunResult(*started.finish(cwd))
+        finally:
+            started.close()
+
+    def _keep(self, argv: list[str], files: Mapping[str, str]) -> None:
+        if not self.key:
+            return
+        body = {"format": FORMAT, "key": self.key, "inputs": self.inputs}
+        body.update(argv=argv, files=dict(files))
+        self._keep_text = json.dumps(body, sort_keys=True).encode()
+
+
+def idle() -> HeadStart:
+    """A head start that starts nothing and keeps nothing (`lock --check`)."""
+    return HeadStart("", "", None)
+
+
+def begin(
+    image_dir: Path,
+    options: Sequence[str],
+    *,
+    environ: Mapping[str, str] | None = None,
+    start: Callable[[Sequence[str], Mapping[str, str], Mapping[str, str]], Started] = Started,
+) -> HeadStart:
+    """Start the command the last lock of `image_dir` with these `options` ran, when the
+    folder's files are as they were then; a HeadStart that starts nothing otherwise."""
+    environ = os.environ if environ is None else environ
+    if environ.get(DISABLE_ENV) == "1":
+        return idle()
+    key = record_key(image_dir, options)
+    inputs = inputs_stamp(image_dir)
+    record = read_record(record_path(key))
+    started = None
+    if record is not None and record["key"] == key and record["inputs"] == inputs:
+        with contextlib.suppress(OSError, ValueError):
+            started = start(record["argv"], record["files"], isolated_env(environ))
+    return HeadStart(key, inputs, started)

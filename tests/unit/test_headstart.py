@@ -1,0 +1,233 @@
+"""envbuild/headstart.py: the kept command starts at once and its result is taken only when
+the command the lock then builds is the same one.
+
+"uv" here is a real child process (this interpreter running a short script that writes the
+output file uv would and exits with a chosen code); the fallback runner records its calls.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import pytest
+
+from envbuild import headstart
+from envbuild.pydeps import Runner, RunResult
+from envbuild.uvenv import isolated_env
+
+# Writes pylock.toml from requirements.in (so the output shows which input it read), prints a
+# line on each stream and exits with the code given as its first argument.
+SCRIPT = (
+    "import sys, pathlib; req = pathlib.Path('requirements.in').read_text(); "
+    "pathlib.Path('pylock.toml').write_text('pinned ' + req); "
+    "print('out'); print('err', file=sys.stderr); sys.exit(int(sys.argv[1]))"
+)
+FILES = {"requirements.in": "torch==2.13.0\n"}
+
+
+class Fallback:
+    """The runner used when the started command is not taken: records its calls."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+
+    def __call__(self, argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> RunResult:
+        self.calls.append(list(argv))
+        (cwd / "pylock.toml").write_text("from the fallback\n")
+        return RunResult(0, "", "")
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("ENVBUILD_CACHE_DIR", str(folder))
+    monkeypatch.delenv(headstart.DISABLE_ENV, raising=False)
+    return folder
+
+
+def _image(tmp_path: Path) -> Path:
+    image = tmp_path / "image"
+    image.mkdir()
+    (image / "envbuild.toml").write_text('[framework]\nrequirement = "torch"\n')
+    return image
+
+
+def _argv(code: int = 0, *extra: str) -> list[str]:
+    return [sys.executable, "-c", SCRIPT, str(code), *extra]
+
+
+def _run_once(
+    image: Path, work: Path, argv: Sequence[str], files: Mapping[str, str], fallback: Runner
+) -> tuple[headstart.HeadStart, RunResult]:
+    """One lock's worth: begin, the lock's uv call from `work`, a clean exit."""
+    work.mkdir(exist_ok=True)
+    for name, text in files.items():
+        (work / name).write_text(text)
+    with headstart.begin(image, ["upgrade=False"]) as ahead:
+        result = ahead.runner(fallback)(argv, work, isolated_env(os.environ))
+    return ahead, result
+
+
+def test_the_kept_command_starts_at_once_and_its_result_is_taken(
+    tmp_path: Path, cache: Path
+) -> None:
+    image, fallback = _image(tmp_path), Fallback()
+    first, _ = _run_once(image, tmp_path / "w1", _argv(), FILES, fallback)
+    assert first.started is None and not first.used  # nothing kept yet: the fallback ran
+    assert len(fallback.calls) == 1
+
+    with headstart.begin(image, ["upgrade=False"]) as ahead:
+        assert ahead.started is not None  # running before the lock built its command
+        running = ahead.started.work
+        work = tmp_path / "w2"
+        work.mkdir()
+        (work / "requirements.in").write_text(FILES["requirements.in"])
+        result = ahead.runner(fallback)(_argv(), work, isolated_env(os.environ))
+    assert ahead.used
+    assert len(fallback.calls) == 1  # not run again
+    assert (result.returncode, result.stdout, result.stderr) == (0, "out\n", "err\n")
+    assert (work / "pylock.toml").read_text() == "pinned torch==2.13.0\n"
+    assert not running.exists()  # its own folder is gone
+
+
+def test_a_different_command_kills_the_started_one_and_runs_its_own(
+    tmp_path: Path, cache: Path
+) -> None:
+    image, fallback = _image(tmp_path), Fallback()
+    _run_once(image, tmp_path / "w1", _argv(0, "--offline"), FILES, fallback)
+    ahead, _ = _run_once(image, tmp_path / "w2", _argv(0), FILES, fallback)
+    assert not ahead.used and len(fallback.calls) == 2
+    assert (tmp_path / "w2" / "pylock.toml").read_text() == "from the fallback\n"
+
+
+def test_a_different_input_file_is_a_different_command(tmp_path: Path, cache: Path) -> None:
+    image, fallback = _image(tmp_path), Fallback()
+    _run_once(image, tmp_path / "w1", _argv(), FILES, fallback)
+    ahead, _ = _run_once(
+        image, tmp_path / "w2", _argv(), {"requirements.in": "torch==2.12.0\n"}, fallback
+    )
+    assert not ahead.used and len(fallback.calls) == 2
+
+
+def test_the_working_folder_is_written_generically(tmp_path: Path, cache: Path) -> None:
+    """uv's folder differs every run: argv naming it (a links page) still matches."""
+    image, fallback = _image(tmp_path), Fallback()
+    for n in (1, 2):
+        work = tmp_path / f"w{n}"
+        ahead, _ = _run_once(
+            image, work, [*_argv(), "--find-links", str(work / "page.html")], FILES, fallback
+        )
+    assert ahead.used and len(fallback.calls) == 1
+
+
+def test_a_wheel_changed_since_the_start_is_not_taken(tmp_path: Path, cache: Path) -> None:
+    """uv may have read the old file: its hash would be remembered for the new one."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    wheel = wheels / "torch-2.13.0-py3-none-any.whl"
+    wheel.write_bytes(b"old")
+    image, fallback = _image(tmp_path), Fallback()
+    argv = [*_argv(), "--find-links", str(wheels)]
+    _run_once(image, tmp_path / "w1", argv, FILES, fallback)
+    real_start = headstart.Started
+
+    def start_then_replace(*args: object) -> headstart.Started:
+        started = real_start(*args)  # type: ignore[arg-type]
+        wheel.write_bytes(b"newer")  # another size: another identity
+        return started
+
+    (tmp_path / "w2").mkdir()
+    (tmp_path / "w2" / "requirements.in").write_text(FILES["requirements.in"])
+    with headstart.begin(image, ["upgrade=False"], start=start_then_replace) as ahead:
+        assert ahead.started is not None
+        ahead.runner(fallback)(argv, tmp_path / "w2", isolated_env(os.environ))
+    assert not ahead.used and len(fallback.calls) == 2
+
+
+def test_an_edited_image_folder_starts_nothing(tmp_path: Path, cache: Path) -> None:
+    image, fallback = _image(tmp_path), Fallback()
+    _run_once(image, tmp_path / "w1", _argv(), FILES, fallback)
+    (image / "envbuild.toml").write_text('[framework]\nrequirement = "torch==2.12.*"\n')
+    with headstart.begin(image, ["upgrade=False"]) as ahead:
+        assert ahead.started is None
+    with headstart.begin(image, ["upgrade=True"]) as ahead:  # other flags: another record
+        assert ahead.started is None
+
+
+def _records(cache: Path) -> list[Path]:
+    return sorted((cache / headstart.FOLDER).glob("*.json"))
+
+
+def test_nothing_is_kept_from_a_failed_command_or_a_failed_lock(
+    tmp_path: Path, cache: Path
+) -> None:
+    image = _image(tmp_path)
+
+    def fails(argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> RunResult:
+        return RunResult(1, "", "error: no solution")
+
+    _run_once(image, tmp_path / "w1", _argv(1), FILES, fails)
+    assert _records(cache) == []
+    (tmp_path / "w2").mkdir()
+    (tmp_path / "w2" / "requirements.in").write_text(FILES["requirements.in"])
+    with pytest.raises(RuntimeError), headstart.begin(image, ["upgrade=False"]) as ahead:
+        ahead.runner(Fallback())(_argv(), tmp_path / "w2", isolated_env(os.environ))
+        raise RuntimeError("the lock failed after uv")
+    assert _records(cache) == []
+
+
+def test_a_record_that_is_not_the_users_own_or_not_a_record_starts_nothing(
+    tmp_path: Path, cache: Path
+) -> None:
+    image, fallback = _image(tmp_path), Fallback()
+    _run_once(image, tmp_path / "w1", _argv(), FILES, fallback)
+    (record,) = _records(cache)
+    os.chmod(record, 0o666)  # others could write the command it runs
+    with headstart.begin(image, ["upgrade=False"]) as ahead:
+        assert ahead.started is None
+    for text in ("{not json", json.dumps({"format": 1, "argv": "uv"}), "[]"):
+        record.write_text(text)
+        os.chmod(record, 0o600)
+        with headstart.begin(image, ["upgrade=False"]) as ahead:
+            assert ahead.started is None
+
+
+def test_a_command_that_cannot_start_leaves_nothing_behind(
+    tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    image, fallback = _image(tmp_path), Fallback()
+    missing = [str(tmp_path / "no-such-uv"), "pip", "compile"]
+    _run_once(image, tmp_path / "w1", missing, FILES, fallback)
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)  # TMPDIR read again
+    with headstart.begin(image, ["upgrade=False"]) as ahead:
+        assert ahead.started is None
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_switched_off_by_the_environment(tmp_path: Path, cache: Path) -> None:
+    image, fallback = _image(tmp_path), Fallback()
+    _run_once(image, tmp_path / "w1", _argv(), FILES, fallback)
+    with headstart.begin(image, ["upgrade=False"], environ={headstart.DISABLE_ENV: "1"}) as ahead:
+        assert ahead.started is None
+
+
+def test_only_the_first_command_is_started_ahead(tmp_path: Path, cache: Path) -> None:
+    """A lock may run uv again (a builder stage's pins): those always run as they come."""
+    image, fallback = _image(tmp_path), Fallback()
+    _run_once(image, tmp_path / "w1", _argv(), FILES, fallback)
+    with headstart.begin(image, ["upgrade=False"]) as ahead:
+        run = ahead.runner(fallback)
+        for n in (2, 3):
+            work = tmp_path / f"w{n}"
+            work.mkdir()
+            (work / "requirements.in").write_text(FILES["requirements.in"])
+            run(_argv(), work, isolated_env(os.environ))
+    assert ahead.used and len(fallback.calls) == 2
