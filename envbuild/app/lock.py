@@ -313,6 +313,9 @@ def _signalling(runner: pydeps.Runner, started: threading.Event) -> pydeps.Runne
     return run
 
 
+AFTER_WAIT_S = 30.0
+
+
 def in_background(
     fn: Callable[[], Any], *, after: threading.Event | None = None
 ) -> Callable[[], Any]:
@@ -323,7 +326,9 @@ def in_background(
 
     def run() -> None:
         if after is not None:
-            after.wait()
+            # Bounded: a lock that fails before it starts uv never sets `after`, and the
+            # thread must still end (a test session runs many such locks in one process).
+            after.wait(timeout=AFTER_WAIT_S)
         try:
             box["value"] = fn()
             import tomlkit  # noqa: F401  (what `dumps` needs, loaded while uv still runs)
