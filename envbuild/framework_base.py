@@ -34,7 +34,7 @@ from envbuild.payload.base_probe import MARKER
 from envbuild.payload.smoke_checks import version_matches
 from envbuild.request import parse_framework_requirement
 from envbuild.resolver.gpus import parse_gpu
-from envbuild.versions import try_version
+from envbuild.versions import held_satisfies, try_version
 
 PROBE_SOURCE = "probe"
 _ARCH_RE = re.compile(r"^(sm|compute)_[0-9]{2,3}[af]?$")
@@ -270,9 +270,7 @@ def _check_framework(request: Request, facts: BaseFacts, ref: str) -> list[str]:
     reasons = []
     if name != facts.framework:
         reasons.append(f"the request asks for {name}, the base holds {facts.framework}")
-    version = Version(facts.framework_version)
-    public = Version(version.public)
-    if spec and not any(v in _spec(spec) for v in (version, public, Version(public.base_version))):
+    if spec and not held_satisfies(Version(facts.framework_version), _spec(spec)):
         reasons.append(f"{ref} holds {name} {facts.framework_version}, outside {spec}")
     if request.cuda and facts.cuda is not None and Version(facts.cuda) not in _spec(request.cuda):
         reasons.append(f"{ref}'s {name} is built with CUDA {facts.cuda}, outside {request.cuda}")

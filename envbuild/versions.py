@@ -103,3 +103,14 @@ def driver_problem(text: str) -> tuple[str, str] | None:
             f"give the oldest driver on your hosts {example}, or its branch (570)",
         )
     return None
+
+
+def held_satisfies(version: Version, spec: SpecifierSet) -> bool:
+    """Does an installed build satisfy a requirement's range? A build is asked for by the
+    release it carries: NGC's `2.10.0a0+b4e4ee81d3` (a pre-release with a local label) is
+    checked as itself, as its public part and as the release `2.10.0`, pre-releases allowed
+    (PEP 440 leaves a build's local label out of ranges:
+    https://packaging.python.org/en/latest/specifications/version-specifiers/#local-version-identifiers)."""
+    public = Version(version.public)
+    candidates = (version, public, Version(public.base_version))
+    return any(spec.contains(v, prereleases=True) for v in candidates)

@@ -28,6 +28,7 @@ from envbuild.errors import UnsatisfiableError, UserError
 from envbuild.locations import resolve_local
 from envbuild.models import BaseFacts, ExtensionBuild, LockedPackage, Request, Stack
 from envbuild.projectdeps import ProjectInputs
+from envbuild.versions import held_satisfies
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,8 +62,7 @@ def satisfied_by(facts: BaseFacts, platform: str) -> Callable[[str], bool]:
             parsed = Version(version)
         except InvalidVersion:
             return False
-        candidates = (parsed, Version(parsed.public), Version(parsed.base_version))
-        return any(req.specifier.contains(v, prereleases=True) for v in candidates)
+        return held_satisfies(parsed, req.specifier)
 
     return test
 
