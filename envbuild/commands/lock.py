@@ -11,6 +11,7 @@ from envbuild import console
 from envbuild.commands.options import help_epilog, matrix_overlay
 
 if TYPE_CHECKING:
+    from envbuild.app.lock import LockOutcome
     from envbuild.models import Lock
 
 
@@ -90,33 +91,42 @@ def command(
             matrix_overlay=matrix_overlay(),
             runner=ahead.runner(pydeps.run_subprocess),
         )
-    stack = outcome.lock.stack
     if as_json:
-        console.emit_json(
-            {
-                "ok": True,
-                "status": outcome.status,
-                "path": str(outcome.path),
-                "input_hash": outcome.lock.input_hash,
-                "framework": {
-                    "name": stack.framework.name,
-                    "version": stack.framework.version,
-                    "variant": stack.framework.variant,
-                    "index_url": stack.framework.index_url,
-                },
-                "cuda": stack.cuda,
-                "cudnn": stack.cudnn,
-                "nccl": stack.nccl,
-                "python": stack.python,
-                "base_image": stack.base_image.ref,
-                "base_digest": outcome.lock.base_digest,
-                "packages": len(outcome.lock.packages),
-                "warnings": list(outcome.warnings),
-                "tool": outcome.tool or None,
-                "built_from_source": _built_from_source(outcome.lock),
-            }
-        )
+        _emit_json(outcome)
         return
+    _print(outcome)
+
+
+def _emit_json(outcome: LockOutcome) -> None:
+    stack = outcome.lock.stack
+    console.emit_json(
+        {
+            "ok": True,
+            "status": outcome.status,
+            "path": str(outcome.path),
+            "input_hash": outcome.lock.input_hash,
+            "framework": {
+                "name": stack.framework.name,
+                "version": stack.framework.version,
+                "variant": stack.framework.variant,
+                "index_url": stack.framework.index_url,
+            },
+            "cuda": stack.cuda,
+            "cudnn": stack.cudnn,
+            "nccl": stack.nccl,
+            "python": stack.python,
+            "base_image": stack.base_image.ref,
+            "base_digest": outcome.lock.base_digest,
+            "packages": len(outcome.lock.packages),
+            "warnings": list(outcome.warnings),
+            "tool": outcome.tool or None,
+            "built_from_source": _built_from_source(outcome.lock),
+        }
+    )
+
+
+def _print(outcome: LockOutcome) -> None:
+    stack = outcome.lock.stack
     for warning in outcome.warnings:
         console.warn(warning)
     fw = stack.framework

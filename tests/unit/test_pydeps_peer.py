@@ -4,6 +4,7 @@ platform, index order, find-links), or the comparison is between different jobs.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +55,10 @@ def test_peer_command_asks_uv_what_envbuild_lock_asked(
     ours = uv.calls[0]
     assert [p.name for p in outcome.lock.installer] == ["uv"]
     assert requirements == uv.requirements[0] == "torch==2.10.0\nnumpy<3\nuv\n"
-    # Identical but for the output: envbuild reads PEP 751, a user writes requirements.txt.
+    # Identical but for the output (envbuild reads PEP 751, a user writes requirements.txt)
+    # and the interpreter envbuild names (uv builds nothing; a user lets uv find one).
+    assert ours[-2:] == ["--python", sys.executable]
+    ours = ours[:-2]
     assert ours[ours.index("--format") : ours.index("--format") + 4] == [
         "--format",
         "pylock.toml",
