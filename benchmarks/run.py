@@ -372,8 +372,26 @@ LOCK_GOAL = 1.15
 """`envbuild lock` against `uv pip compile --generate-hashes` on the same input, warm cache."""
 
 
+def peer_lock_command(
+    lock: Any, request: Any, *, image_dir: Path, uv: Sequence[str] = ("uv",)
+) -> tuple[list[str], str]:
+    """(argv, requirements.in text) of the peer: `pydeps.peer_compile_command`, plus
+    `--no-binary NAME` for each package the lock takes from its sdist (images/torch-ext's
+    envbuild-vecadd, which has no wheel). That is what a user adds by hand so that
+    `--only-binary :all:` does not refuse the package (uv honours `--no-binary NAME` after it,
+    as pip does); uv reads the sdist's static metadata, so nothing is built. envbuild passes
+    the same flag, with the dependencies it read from the sdist as uv's `dependency-metadata`
+    (`envbuild/app/source_lock.py`)."""
+    from envbuild import pydeps
+
+    argv, requirements = pydeps.peer_compile_command(lock, request, image_dir=image_dir, uv=uv)
+    for name in sorted(p.name for p in lock.packages if p.sdist):
+        argv += ["--no-binary", name]
+    return argv, requirements
+
+
 def bench_lock_one(name: str, work: Path, repeat: int, cold_repeat: int) -> tuple[list[Row], str]:
-    from envbuild import lockfile, pydeps, uvenv
+    from envbuild import lockfile, uvenv
     from envbuild.request import load_request
 
     src = ROOT / "images" / name
@@ -402,7 +420,7 @@ def bench_lock_one(name: str, work: Path, repeat: int, cold_repeat: int) -> tupl
     caches = work / f"{name}-caches"
     cold_e.append(_timed(envbuild_lock(caches / "e0")))
     lock = lockfile.loads(lock_file.read_text())
-    argv, requirements = pydeps.peer_compile_command(
+    argv, requirements = peer_lock_command(
         lock, load_request(image_dir), image_dir=image_dir, uv=(UV,)
     )
     (peer_dir / "requirements.in").write_text(requirements)
@@ -503,9 +521,12 @@ def bench_lock(repeat: int, cold_repeat: int, examples: Sequence[str]) -> Sectio
     argv_note = (
         "Peer command: `envbuild.pydeps.peer_compile_command` (the lock's requirements, "
         "`--python-version`, `--python-platform <arch>-manylinux_2_28`, `--only-binary :all:`, "
-        "the same index order and find-links; output requirements.txt). envbuild's time also "
+        "the same index order and find-links; output requirements.txt), with `--no-binary NAME` "
+        "for a package the lock takes from its sdist (`peer_lock_command`: torch-ext's "
+        "envbuild-vecadd; uv reads its static metadata). envbuild's time also "
         "covers resolving the stack, the base image digest look-up (no lock yet) and writing "
-        "the lock; `--check` reads no network."
+        "the lock (torch-ext: also the builder stage's own pins, its toolkit wheels and build "
+        "requirements, which the peer does not lock); `--check` reads no network."
     )
     cache_note = (
         "Cold means uv's cache is empty; envbuild's own user cache (compiled matrix, dataclass "

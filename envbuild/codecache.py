@@ -65,10 +65,15 @@ def write_bytes(path: str, data: bytes) -> None:
                 os.unlink(tmp)
 
 
-def dataclass_code_path() -> str:
+def dataclass_code_path(scope: str = "") -> str:
+    """The file of one scope (a command's name; "" for none). One file per command: a
+    command reads only the code of the classes it defines, not every command's (reading the
+    file is most of what reusing the code costs)."""
     # marshal's format belongs to one Python version: its tag and hexversion name the file.
-    name = f"dataclass-code-{sys.implementation.cache_tag}-{sys.hexversion:x}.marshal"
-    return os.path.join(user_cache_dir(), name)
+    name = f"dataclass-code-{sys.implementation.cache_tag}-{sys.hexversion:x}"
+    if scope:
+        name += f"-{scope}"
+    return os.path.join(user_cache_dir(), name + ".marshal")
 
 
 def _load(path: str) -> None:
@@ -87,7 +92,7 @@ def _exec_cached(source: Any, globals: Any = None, locals: Any = None) -> None:
 
     if isinstance(source, str):
         if "path" not in _STATE:  # the first dataclass of this process: read the file
-            _STATE["path"] = path = dataclass_code_path()
+            _STATE["path"] = path = dataclass_code_path(_STATE.get("scope", ""))
             _load(path)
         stored = _STORED.get(source)
         code = None
@@ -103,15 +108,18 @@ def _exec_cached(source: Any, globals: Any = None, locals: Any = None) -> None:
     exec(source, globals, locals)
 
 
-def reuse_dataclass_code() -> None:
+def reuse_dataclass_code(scope: str = "") -> None:
     """Route `dataclasses`' exec through the stored code; new texts are written back at exit.
     Call once, before the modules that define dataclasses are imported (the CLI's `main`).
+    `scope`: which file (`dataclass_code_path`); a name of letters, digits and dashes.
     Best effort: a missing or bad file means compiling as Python does."""
     import atexit
     import dataclasses
 
     if getattr(dataclasses, "exec", None) is _exec_cached:
         return
+    if scope.isascii() and scope.replace("-", "").isalnum():
+        _STATE["scope"] = scope
     # `exec` in dataclasses.py is a global name: the module's globals come before builtins.
     dataclasses.exec = _exec_cached  # type: ignore[attr-defined]
     atexit.register(_save)

@@ -18,10 +18,12 @@ from __future__ import annotations
 import io
 import os
 import sys
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envbuild import codecache
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 _MAGIC = b"envbuild-compiled 1\n"
 
@@ -31,7 +33,15 @@ ModuleStamp = tuple[str, str, int, int]
 
 def cache_dir() -> Path:
     """$ENVBUILD_CACHE_DIR, else `$XDG_CACHE_HOME/envbuild`, else `~/.cache/envbuild`."""
+    from pathlib import Path
+
     return Path(codecache.user_cache_dir())
+
+
+def cache_file(name: str) -> str:
+    """`cache_dir() / name` as a string (no pathlib import: `envbuild resolve` reads the
+    compiled matrix through it)."""
+    return os.path.join(codecache.user_cache_dir(), name)
 
 
 def _stamp(module: str) -> ModuleStamp | None:
@@ -70,7 +80,7 @@ def _unpickle() -> Any:
         return pickle.load
 
 
-def read(path: Path, key: str) -> Any | None:
+def read(path: str | Path, key: str) -> Any | None:
     """The value stored at `path` under `key`; None when absent, stale, corrupt or not the
     user's own file."""
     try:
@@ -90,7 +100,7 @@ def read(path: Path, key: str) -> Any | None:
         return None
 
 
-def write(path: Path, key: str, value: Any, *, made_by: tuple[str, ...] = ()) -> None:
+def write(path: str | Path, key: str, value: Any, *, made_by: tuple[str, ...] = ()) -> None:
     """Store `value` under `key` at `path` (atomic: a reader sees the old file or the new
     one). `made_by`: modules whose code made the value (its parser), checked on read like
     the modules of its classes. Best effort: a cache that cannot be written is skipped."""

@@ -184,6 +184,8 @@ class Floors:
 
 @dataclass(frozen=True)
 class FrameworkPick:
+    """The framework release and build a stack installs."""
+
     name: str
     """"torch", "jax", "tensorflow"."""
     version: str
@@ -199,6 +201,8 @@ class FrameworkPick:
 
 @dataclass(frozen=True)
 class BaseImage:
+    """The image a stack builds on (and its builder stage, if any)."""
+
     ref: str
     """"nvidia/cuda:12.8.1-base-ubuntu24.04" or "debian:bookworm-slim"."""
     flavour: str
@@ -253,6 +257,8 @@ class Unsatisfiable:
 
 @dataclass(frozen=True)
 class LockedPackage:
+    """One pinned distribution of a lock, with the hashes of every file pip may pick."""
+
     name: str
     """Normalised (PEP 503) project name."""
     version: str

@@ -13,7 +13,6 @@ import dataclasses
 import json
 import re
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -49,7 +48,7 @@ from envbuild.request_fields import (
 from envbuild.versions import driver_problem, parse_specifier, parse_version
 
 if TYPE_CHECKING:
-    pass
+    from pathlib import Path  # annotations only: `resolve` never imports pathlib
 
 REQUEST_FILE = "envbuild.toml"
 

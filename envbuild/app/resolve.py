@@ -5,7 +5,7 @@ nothing fits. The choice itself is `envbuild.resolver`'s (pure).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from envbuild import matrix as matrix_data
 from envbuild import resolver
@@ -13,6 +13,9 @@ from envbuild.errors import NoGpuError
 from envbuild.matrix import Matrix
 from envbuild.models import Host, Stack, Unsatisfiable
 from envbuild.request import request_from_flags
+
+if TYPE_CHECKING:
+    from pathlib import Path  # annotations only: a resolve without --hosts never imports it
 
 
 def resolve(

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+
+if TYPE_CHECKING:
+    # Imported where an option needs it: `resolve` (which imports this module) never does.
+    from pathlib import Path
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -42,6 +45,8 @@ def build_inputs(f: F) -> F:
     """--base-image, --ca-cert, --index-url, --find-links, --buildkit, given to the command
     as one keyword argument `build_inputs` (a BuildInputs)."""
     # Imported by the commands that take these options, not by every command.
+    from pathlib import Path
+
     from envbuild.render import BuildInputs
 
     @functools.wraps(f)
@@ -118,6 +123,8 @@ def gpu_choice(f: F) -> F:
 
 def host_facts(what: str) -> Callable[[F], F]:
     """The hidden --host-facts FILE (env ENVBUILD_HOST_FACTS): `what` instead of this host."""
+    from pathlib import Path
+
     return click.option(
         "--host-facts",
         "facts_file",

@@ -7,8 +7,6 @@ object: {"ok": true, "stack": {...}, "notes": [...]} or {"ok": false, "reasons":
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from envbuild import console
@@ -53,7 +51,9 @@ from envbuild.models import FLAVOURS, PLATFORMS
     "hosts_files",
     multiple=True,
     metavar="FILE",
-    type=click.Path(path_type=Path),
+    # Strings, made Paths below only when given: pathlib (with urllib.parse and ipaddress)
+    # is a visible part of a plain resolve's start otherwise.
+    type=click.Path(),
     help="Add the GPUs and drivers of recorded hosts (`envbuild doctor --json` output).",
 )
 @click.option("--os", "os_name", metavar="OS", help="ubuntu24.04, ubuntu22.04, debian12, ...")
@@ -88,7 +88,7 @@ def command(
     driver: str | None,
     cuda: str | None,
     host: bool,
-    hosts_files: tuple[Path, ...],
+    hosts_files: tuple[str, ...],
     os_name: str | None,
     flavour: str,
     cpu: bool,
@@ -103,6 +103,12 @@ def command(
     from envbuild.models import Unsatisfiable
     from envbuild.resolver import result_to_json, result_to_text
 
+    if hosts_files:
+        from pathlib import Path
+
+        files = tuple(Path(f) for f in hosts_files)
+    else:
+        files = ()
     result = resolve.resolve(
         framework=framework,
         python=python,
@@ -110,7 +116,7 @@ def command(
         driver=driver,
         cuda=cuda,
         host=host,
-        hosts_files=hosts_files,
+        hosts_files=files,
         os_name=os_name,
         flavour=flavour,
         cpu=cpu,

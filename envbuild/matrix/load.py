@@ -10,10 +10,15 @@ from __future__ import annotations
 import binascii
 import os
 from collections.abc import Mapping
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from envbuild.errors import MatrixError, UserError
 from envbuild.matrix.rows import Matrix
+
+if TYPE_CHECKING:
+    # Paths come in from callers; a read of the compiled matrix needs no pathlib (with
+    # urllib.parse and ipaddress, a visible part of `envbuild resolve`'s start).
+    from pathlib import Path
 
 OVERLAY_ENV = "ENVBUILD_MATRIX_OVERLAY"
 
@@ -55,7 +60,11 @@ def overlay_from_env(environ: Mapping[str, str] | None = None) -> Path | None:
     """The overlay folder named by $ENVBUILD_MATRIX_OVERLAY (empty or unset: none). The one
     place the environment chooses the overlay; the CLI edge calls it and passes the value on."""
     value = (os.environ if environ is None else environ).get(OVERLAY_ENV)
-    return Path(value) if value else None
+    if not value:
+        return None
+    from pathlib import Path
+
+    return Path(value)
 
 
 def overlay_dir(overlay: Path | None) -> Path | None:
@@ -82,13 +91,13 @@ def sources_from(overlay: Path | None) -> tuple[dict[str, str], dict[str, str]]:
 def load_matrix_from(overlay: Path | None) -> Matrix:
     """The built-in matrix merged with this overlay folder (None = none), parsed and
     cross-checked; cached per process and folder pair. MatrixError (exit 2) on any problem."""
-    from envbuild.resources import matrix_dir
+    from envbuild.resources import matrix_folder
 
-    cache_key = (str(matrix_dir().resolve()), str(overlay.resolve()) if overlay else "")
+    cache_key = (os.path.realpath(matrix_folder()), str(overlay.resolve()) if overlay else "")
     cached = _CACHE.get(cache_key)
     if cached is not None:
         return cached
-    matrix = _load_compiled(Path(cache_key[0]), overlay, cache_key)
+    matrix = _load_compiled(cache_key[0], overlay, cache_key)
     _CACHE[cache_key] = matrix
     return matrix
 
@@ -99,7 +108,7 @@ with the same size, so a matrix read from it is not stored (git's "racy clean" r
 https://git-scm.com/docs/racy-git)."""
 
 
-def _folder_stamps(folder: Path) -> list[tuple[str, int, int, int, int]] | None:
+def _folder_stamps(folder: str | Path) -> list[tuple[str, int, int, int, int]] | None:
     """(name, size, mtime_ns, ctime_ns, inode) of each *.toml in `folder`, sorted, as
     `read_matrix_files` would list them; None when one is not a plain file or cannot be
     stat'ed (the reading path then reports it)."""
@@ -118,7 +127,7 @@ def _folder_stamps(folder: Path) -> list[tuple[str, int, int, int, int]] | None:
     return sorted(out)
 
 
-def _load_compiled(built_in_dir: Path, overlay: Path | None, folders: tuple[str, str]) -> Matrix:
+def _load_compiled(built_in_dir: str, overlay: Path | None, folders: tuple[str, str]) -> Matrix:
     """The parsed matrix from the user cache (`envbuild.compiled`) when the files are the ones
     it was compiled from (name, size, mtime, ctime, inode), by this envbuild version, with the
     same row types and parser; else read, parsed, cross-checked and stored. Parsing and
@@ -133,7 +142,7 @@ def _load_compiled(built_in_dir: Path, overlay: Path | None, folders: tuple[str,
         key = repr((__version__, folders, stamps))  # compared whole: no hash to import
         # One file per built-in/overlay folder pair: an edit replaces it, adds none.
         where = binascii.crc32("\0".join(folders).encode())
-        path = compiled.cache_dir() / f"matrix-{where:08x}.pickle"
+        path = compiled.cache_file(f"matrix-{where:08x}.pickle")
         cached = compiled.read(path, key)
         if isinstance(cached, Matrix):
             return cached

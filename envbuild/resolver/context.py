@@ -90,6 +90,8 @@ def _label_versions(versions: list[str]) -> str:
 
 @dataclass(frozen=True)
 class _Target:
+    """One target architecture and the names the GPUs of it were given."""
+
     arch: Arch
     labels: tuple[str, ...]
     """What the user or the hosts called the GPUs of this architecture."""
@@ -115,6 +117,8 @@ class _Target:
 
 @dataclass(frozen=True)
 class _Ctx:
+    """A request prepared for the search: parsed, its GPUs mapped to architectures."""
+
     request: Request
     matrix: Matrix
     framework: str
@@ -267,6 +271,8 @@ def _cuda_image(matrix: Matrix, cuda: str, os: str, flavour: str) -> CudaImage |
 
 @dataclass(frozen=True)
 class _Fit:
+    """A framework build that runs on every target, with what it needs (floors, images)."""
+
     release: FrameworkRelease
     build: FrameworkBuild
     osimg: OsImage
@@ -286,6 +292,8 @@ class _Fit:
 
 @dataclass
 class _Outcome:
+    """A search's result: the fits in preference order and why the rest did not fit."""
+
     fits: list[_Fit] = field(default_factory=list)
     misses: dict[str, list[str]] = field(default_factory=dict)
     """release version -> reason lines ("{R}" stands for the release's name)."""

@@ -9,7 +9,6 @@ from typing import Any
 from packaging.version import Version
 
 from envbuild.archs import cc_tuple
-from envbuild.extensions import wheels_have_nvcc
 from envbuild.matrix import (
     CudaImage,
     CudaRelease,
@@ -277,7 +276,10 @@ def _check_os(
     builder: CudaImage | None = None
     if ctx.request.compile_extensions:
         # nvcc from a devel image, else (flavour plain, or no devel image for this OS) from
-        # NVIDIA's toolkit wheels, which hold it from CUDA 13.0 on (envbuild/extensions.py).
+        # NVIDIA's toolkit wheels, which hold it from CUDA 13.0 on (envbuild/extensions.py,
+        # imported only here: with cudawheels it is no part of a plain resolve).
+        from envbuild.extensions import wheels_have_nvcc
+
         if flavour != "plain":
             builder = _cuda_image(ctx.matrix, build.cuda, osimg.os, "devel")
         mm = _major_minor(build.cuda)

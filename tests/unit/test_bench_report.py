@@ -167,3 +167,22 @@ def test_goals_table_sets_each_ratio_beside_its_goal() -> None:
         ln.startswith("**The machine was loaded** (1-minute load average up to 7.1 on 2")
         for ln in lines
     )
+
+
+def test_lock_peer_allows_the_sdist_the_lock_takes_and_nothing_else() -> None:
+    # images/torch-ext locks envbuild-vecadd from its sdist: the peer's `--only-binary :all:`
+    # alone refuses it ("has no usable wheels"), so the user's command names it, as envbuild's
+    # does; torch-cpu's lock has no sdist and its peer is pydeps' command unchanged.
+    from envbuild import lockfile, pydeps
+    from envbuild.request import load_request
+
+    for name, extra in [("torch-ext", ["--no-binary", "envbuild-vecadd"]), ("torch-cpu", [])]:
+        image = run.ROOT / "images" / name
+        lock = lockfile.loads((image / "envbuild.lock").read_text())
+        request = load_request(image)
+        argv, requirements = run.peer_lock_command(lock, request, image_dir=image, uv=("uv",))
+        plain, plain_requirements = pydeps.peer_compile_command(
+            lock, request, image_dir=image, uv=("uv",)
+        )
+        assert argv == [*plain, *extra]
+        assert requirements == plain_requirements

@@ -200,3 +200,42 @@ def test_dataclass_code_is_reused_and_behaves_the_same(
     with pytest.raises(dataclasses.FrozenInstanceError):
         p.x = 2
     assert first(3) != second(3)  # two classes, as without the cache
+
+
+def test_each_command_keeps_its_dataclass_code_in_its_own_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ENVBUILD_CACHE_DIR", str(tmp_path))
+    for name in ("_STORED", "_NEW", "_STATE"):
+        monkeypatch.setattr(codecache, name, {})
+    monkeypatch.setattr(dataclasses, "exec", exec, raising=False)  # as before main() runs
+    monkeypatch.setattr("atexit.register", lambda fn: fn)
+    codecache.reuse_dataclass_code(scope="resolve")
+    dataclasses.make_dataclass("Point", [("x", int)], frozen=True)
+    codecache._save()
+    assert Path(codecache.dataclass_code_path("resolve")).is_file()
+    assert not Path(codecache.dataclass_code_path()).exists()
+    assert codecache.dataclass_code_path("resolve") != codecache.dataclass_code_path("lock")
+    # Only a plain name picks a file: anything else is the unscoped file.
+    for name in ("_STORED", "_NEW", "_STATE"):
+        monkeypatch.setattr(codecache, name, {})
+    monkeypatch.setattr(dataclasses, "exec", exec, raising=False)
+    codecache.reuse_dataclass_code(scope="../x")
+    dataclasses.make_dataclass("Other", [("y", int)], frozen=True)
+    codecache._save()
+    assert Path(codecache.dataclass_code_path()).is_file()
+
+
+def test_the_string_paths_name_what_the_path_helpers_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `envbuild resolve` reads the compiled matrix through the string forms (no pathlib).
+    from envbuild import resources
+
+    monkeypatch.delenv("ENVBUILD_MATRIX_DIR", raising=False)
+    assert resources.matrix_folder() == str(matrix_dir())
+    assert (matrix_dir() / "torch.toml").is_file()
+    monkeypatch.setenv("ENVBUILD_MATRIX_DIR", str(tmp_path / "m"))
+    assert resources.matrix_folder() == str(tmp_path / "m") == str(matrix_dir())
+    monkeypatch.setenv("ENVBUILD_CACHE_DIR", str(tmp_path / "c"))
+    assert compiled.cache_file("x.pickle") == str(compiled.cache_dir() / "x.pickle")
