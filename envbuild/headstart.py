@@ -4,16 +4,17 @@ Before it can start uv, `envbuild lock` reads the request, loads the matrix, res
 stack and imports what that takes (about 0.25 s on a 2-core machine); uv then spends most of
 its time waiting on the index (benchmarks/RESULTS.md, section 3). When a folder is locked
 again with the same flags and unchanged files, uv's command is almost always the one the
-previous lock of that folder ran. So the command starts at once, beside envbuild's own work,
-and its result is taken only when the command envbuild then builds is the same one: argv,
-every file of uv's working folder, the environment, and the identity (`envbuild.wheelhashes`)
-of every wheel in the local find-links folders it reads. Anything else and it is killed and uv
-runs as it always did: the lock is the same either way, only sooner.
+previous lock of that folder ran. So the commands (a lock with a source package runs uv
+about five times) start at once, beside envbuild's own work and each other, and a result is
+taken only when the command envbuild then builds in that turn is the same one: argv, every
+file of uv's working folder, the environment, and the identity (`envbuild.wheelhashes`) of
+every wheel in the local find-links folders it reads. Anything else and it is killed with
+those after it, and uv runs as it always did: the lock is the same either way, only sooner.
 
-What the last lock of a folder ran is kept in the user cache, one small JSON file per folder
-and set of flags, written atomically and read only when it is the user's own (it names a
-command to run). Imports only the standard library and `envbuild.codecache`/`wheelhashes`/
-`uvenv`, which `import click` has already paid for.
+What the last successful lock of a folder ran is kept in the user cache, one small JSON file
+per folder and set of flags, written atomically and read only when it is the user's own (it
+names commands to run). Imports only the standard library, `envbuild.codecache`,
+`wheelhashes` and `uvenv`: its start comes before the lock path is imported.
 """
 
 from __future__ import annotations
@@ -37,7 +38,9 @@ if TYPE_CHECKING:
 FOLDER = "headstart"
 WORK = "{work}"
 """Stands for uv's working folder in a kept command (each run has its own temporary one)."""
-FORMAT = 1
+FORMAT = 2
+MAX_AHEAD = 8
+"""At most this many commands start ahead (a lock with source packages runs about five)."""
 DISABLE_ENV = "ENVBUILD_NO_HEADSTART"
 """Set to 1 to start uv only once envbuild has built its command (the lock is the same)."""
 
@@ -71,7 +74,7 @@ def inputs_stamp(image_dir: Path) -> str:
 
 
 def read_record(path: Path) -> dict[str, Any] | None:
-    """The kept command, or None when absent, not the user's own, or not one this writes."""
+    """The kept commands, or None when absent, not the user's own, or not what this writes."""
     try:
         with open(path, "rb") as f:
             if not codecache.own_file(f.fileno()):
@@ -84,12 +87,21 @@ def read_record(path: Path) -> dict[str, Any] | None:
         and data.get("format") == FORMAT
         and isinstance(data.get("key"), str)
         and isinstance(data.get("inputs"), str)
-        and isinstance(data.get("argv"), list)
-        and all(isinstance(a, str) for a in data["argv"])
-        and isinstance(data.get("files"), dict)
-        and all(isinstance(k, str) and isinstance(v, str) for k, v in data["files"].items())
+        and isinstance(data.get("calls"), list)
+        and all(_is_call(c) for c in data["calls"])
     )
-    return data if ok and data["argv"] else None
+    return data if ok and data["calls"] else None
+
+
+def _is_call(call: object) -> bool:
+    return (
+        isinstance(call, dict)
+        and isinstance(call.get("argv"), list)
+        and bool(call["argv"])
+        and all(isinstance(a, str) for a in call["argv"])
+        and isinstance(call.get("files"), dict)
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in call["files"].items())
+    )
 
 
 def read_folder(folder: Path) -> dict[str, str]:
@@ -174,15 +186,21 @@ def _read(f: IO[bytes]) -> str:
 
 
 class HeadStart:
-    """The head start of one `envbuild lock` run (a context manager: leaving it kills uv)."""
+    """The head start of one `envbuild lock` run (a context manager: leaving it kills what
+    still runs). A lock may run uv several times (a source package's rounds, a builder
+    stage's pins): each kept command starts at once and is taken in its turn."""
 
-    def __init__(self, key: str, inputs: str, started: Started | None) -> None:
+    def __init__(self, key: str, inputs: str, started: Sequence[Started | None]) -> None:
         self.key = key
         self.inputs = inputs
-        self.started = started
-        self.used = False
-        self._first = True
-        self._keep_text = b""
+        self.started = list(started)
+        self.taken = 0
+        """How many commands came from what was started ahead."""
+        self._calls: list[dict[str, Any]] = []
+
+    @property
+    def used(self) -> bool:
+        return self.taken > 0
 
     def __enter__(self) -> HeadStart:
         return self
@@ -190,57 +208,57 @@ class HeadStart:
     def __exit__(self, exc_type: object, *exc: object) -> None:
         self.close()
         # Kept once the whole lock went through: what failed is not worth starting again.
-        if exc_type is None and self._keep_text:
-            codecache.write_bytes(str(record_path(self.key)), self._keep_text)
+        if exc_type is None and self.key and self._calls:
+            body = {"format": FORMAT, "key": self.key, "inputs": self.inputs}
+            body["calls"] = self._calls
+            text = json.dumps(body, sort_keys=True).encode()
+            codecache.write_bytes(str(record_path(self.key)), text)
 
-    def close(self) -> None:
-        if self.started is not None:
-            self.started.close()
-            self.started = None
+    def close(self, first: int = 0) -> None:
+        """Kill and remove the commands from index `first` on."""
+        for i in range(first, len(self.started)):
+            started = self.started[i]
+            self.started[i] = None
+            if started is not None:
+                started.close()
 
     def runner(self, fallback: Runner) -> Runner:
-        """`fallback` for every command but the first; the first is taken from the started uv
-        when it is the same command, and kept for the next lock when it succeeds."""
+        """Each command is taken from the one started in its place when it is the same;
+        once one is not, the rest started ahead are killed and `fallback` runs them all."""
 
         def run(argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> RunResult:
-            if not self._first:
-                return fallback(argv, cwd, env)
-            self._first = False
             command, files = generic(argv, cwd), read_folder(cwd)
-            result = self._take(command, files, env, cwd) or fallback(argv, cwd, env)
-            if result.returncode == 0:
-                self._keep(command, files)
+            i = len(self._calls)
+            self._calls.append({"argv": command, "files": files})
+            result = self._take(i, command, files, env, cwd)
+            if result is None:
+                self.close(i)
+                result = fallback(argv, cwd, env)
             return result
 
         return run
 
     def _take(
-        self, argv: list[str], files: Mapping[str, str], env: Mapping[str, str], cwd: Path
+        self, i: int, argv: list[str], files: Mapping[str, str], env: Mapping[str, str], cwd: Path
     ) -> RunResult | None:
         from envbuild.pydeps import RunResult
 
-        started, self.started = self.started, None
+        started = self.started[i] if i < len(self.started) else None
         if started is None:
             return None
+        self.started[i] = None
         try:
             if not started.same(argv, files, env):
                 return None
-            self.used = True
+            self.taken += 1
             return RunResult(*started.finish(cwd))
         finally:
             started.close()
 
-    def _keep(self, argv: list[str], files: Mapping[str, str]) -> None:
-        if not self.key:
-            return
-        body = {"format": FORMAT, "key": self.key, "inputs": self.inputs}
-        body.update(argv=argv, files=dict(files))
-        self._keep_text = json.dumps(body, sort_keys=True).encode()
-
 
 def idle() -> HeadStart:
     """A head start that starts nothing and keeps nothing (`lock --check`)."""
-    return HeadStart("", "", None)
+    return HeadStart("", "", ())
 
 
 def begin(
@@ -250,7 +268,7 @@ def begin(
     environ: Mapping[str, str] | None = None,
     start: Callable[[Sequence[str], Mapping[str, str], Mapping[str, str]], Started] = Started,
 ) -> HeadStart:
-    """Start the command the last lock of `image_dir` with these `options` ran, when the
+    """Start the commands the last lock of `image_dir` with these `options` ran, when the
     folder's files are as they were then; a HeadStart that starts nothing otherwise."""
     environ = os.environ if environ is None else environ
     if environ.get(DISABLE_ENV) == "1":
@@ -258,8 +276,15 @@ def begin(
     key = record_key(image_dir, options)
     inputs = inputs_stamp(image_dir)
     record = read_record(record_path(key))
-    started = None
+    started: list[Started | None] = []
     if record is not None and record["key"] == key and record["inputs"] == inputs:
-        with contextlib.suppress(OSError, ValueError):
-            started = start(record["argv"], record["files"], isolated_env(environ))
+        env = isolated_env(environ)
+        try:
+            for call in record["calls"][:MAX_AHEAD]:
+                started.append(start(call["argv"], call["files"], env))
+        except (OSError, ValueError):
+            pass  # the rest run in their turn, as without a head start
+        except BaseException:
+            HeadStart(key, inputs, started).close()
+            raise
     return HeadStart(key, inputs, started)

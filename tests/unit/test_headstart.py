@@ -77,12 +77,13 @@ def test_the_kept_command_starts_at_once_and_its_result_is_taken(
 ) -> None:
     image, fallback = _image(tmp_path), Fallback()
     first, _ = _run_once(image, tmp_path / "w1", _argv(), FILES, fallback)
-    assert first.started is None and not first.used  # nothing kept yet: the fallback ran
+    assert first.started == [] and not first.used  # nothing kept yet: the fallback ran
     assert len(fallback.calls) == 1
 
     with headstart.begin(image, ["upgrade=False"]) as ahead:
-        assert ahead.started is not None  # running before the lock built its command
-        running = ahead.started.work
+        (started,) = ahead.started  # running before the lock built its command
+        assert started is not None
+        running = started.work
         work = tmp_path / "w2"
         work.mkdir()
         (work / "requirements.in").write_text(FILES["requirements.in"])
@@ -143,7 +144,7 @@ def test_a_wheel_changed_since_the_start_is_not_taken(tmp_path: Path, cache: Pat
     (tmp_path / "w2").mkdir()
     (tmp_path / "w2" / "requirements.in").write_text(FILES["requirements.in"])
     with headstart.begin(image, ["upgrade=False"], start=start_then_replace) as ahead:
-        assert ahead.started is not None
+        assert ahead.started != []
         ahead.runner(fallback)(argv, tmp_path / "w2", isolated_env(os.environ))
     assert not ahead.used and len(fallback.calls) == 2
 
@@ -153,31 +154,34 @@ def test_an_edited_image_folder_starts_nothing(tmp_path: Path, cache: Path) -> N
     _run_once(image, tmp_path / "w1", _argv(), FILES, fallback)
     (image / "envbuild.toml").write_text('[framework]\nrequirement = "torch==2.12.*"\n')
     with headstart.begin(image, ["upgrade=False"]) as ahead:
-        assert ahead.started is None
+        assert ahead.started == []
     with headstart.begin(image, ["upgrade=True"]) as ahead:  # other flags: another record
-        assert ahead.started is None
+        assert ahead.started == []
 
 
 def _records(cache: Path) -> list[Path]:
     return sorted((cache / headstart.FOLDER).glob("*.json"))
 
 
-def test_nothing_is_kept_from_a_failed_command_or_a_failed_lock(
+def test_a_failing_command_is_taken_too_and_nothing_is_kept_from_a_failed_lock(
     tmp_path: Path, cache: Path
 ) -> None:
-    image = _image(tmp_path)
+    """uv's "no wheel" answer is a lock's first round when a package comes from its sdist:
+    a failure is a result like any other. A lock that fails keeps nothing."""
+    image, fallback = _image(tmp_path), Fallback()
+    _run_once(image, tmp_path / "w1", _argv(1), FILES, fallback)
+    ahead, result = _run_once(image, tmp_path / "w2", _argv(1), FILES, fallback)
+    assert ahead.used and len(fallback.calls) == 1
+    assert (result.returncode, result.stderr) == (1, "err\n")
 
-    def fails(argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> RunResult:
-        return RunResult(1, "", "error: no solution")
-
-    _run_once(image, tmp_path / "w1", _argv(1), FILES, fails)
-    assert _records(cache) == []
-    (tmp_path / "w2").mkdir()
-    (tmp_path / "w2" / "requirements.in").write_text(FILES["requirements.in"])
-    with pytest.raises(RuntimeError), headstart.begin(image, ["upgrade=False"]) as ahead:
-        ahead.runner(Fallback())(_argv(), tmp_path / "w2", isolated_env(os.environ))
+    (tmp_path / "other").mkdir()
+    other = _image(tmp_path / "other")
+    (tmp_path / "w3").mkdir()
+    (tmp_path / "w3" / "requirements.in").write_text(FILES["requirements.in"])
+    with pytest.raises(RuntimeError), headstart.begin(other, ["upgrade=False"]) as ahead:
+        ahead.runner(Fallback())(_argv(), tmp_path / "w3", isolated_env(os.environ))
         raise RuntimeError("the lock failed after uv")
-    assert _records(cache) == []
+    assert len(_records(cache)) == 1  # only the first folder's
 
 
 def test_a_record_that_is_not_the_users_own_or_not_a_record_starts_nothing(
@@ -188,12 +192,12 @@ def test_a_record_that_is_not_the_users_own_or_not_a_record_starts_nothing(
     (record,) = _records(cache)
     os.chmod(record, 0o666)  # others could write the command it runs
     with headstart.begin(image, ["upgrade=False"]) as ahead:
-        assert ahead.started is None
+        assert ahead.started == []
     for text in ("{not json", json.dumps({"format": 1, "argv": "uv"}), "[]"):
         record.write_text(text)
         os.chmod(record, 0o600)
         with headstart.begin(image, ["upgrade=False"]) as ahead:
-            assert ahead.started is None
+            assert ahead.started == []
 
 
 def test_a_command_that_cannot_start_leaves_nothing_behind(
@@ -208,7 +212,7 @@ def test_a_command_that_cannot_start_leaves_nothing_behind(
 
     monkeypatch.setattr(tempfile, "tempdir", None)  # TMPDIR read again
     with headstart.begin(image, ["upgrade=False"]) as ahead:
-        assert ahead.started is None
+        assert ahead.started == []
     assert list((tmp_path / "tmp").iterdir()) == []
 
 
@@ -216,18 +220,52 @@ def test_switched_off_by_the_environment(tmp_path: Path, cache: Path) -> None:
     image, fallback = _image(tmp_path), Fallback()
     _run_once(image, tmp_path / "w1", _argv(), FILES, fallback)
     with headstart.begin(image, ["upgrade=False"], environ={headstart.DISABLE_ENV: "1"}) as ahead:
-        assert ahead.started is None
+        assert ahead.started == []
 
 
-def test_only_the_first_command_is_started_ahead(tmp_path: Path, cache: Path) -> None:
-    """A lock may run uv again (a builder stage's pins): those always run as they come."""
-    image, fallback = _image(tmp_path), Fallback()
-    _run_once(image, tmp_path / "w1", _argv(), FILES, fallback)
+def _lock_with(
+    image: Path, work: Path, argvs: Sequence[list[str]], fallback: Runner
+) -> headstart.HeadStart:
+    """One lock that runs uv once per argv, each from its own folder."""
     with headstart.begin(image, ["upgrade=False"]) as ahead:
         run = ahead.runner(fallback)
-        for n in (2, 3):
-            work = tmp_path / f"w{n}"
-            work.mkdir()
-            (work / "requirements.in").write_text(FILES["requirements.in"])
-            run(_argv(), work, isolated_env(os.environ))
-    assert ahead.used and len(fallback.calls) == 2
+        for n, argv in enumerate(argvs):
+            folder = work / str(n)
+            folder.mkdir(parents=True)
+            (folder / "requirements.in").write_text(FILES["requirements.in"])
+            run(argv, folder, isolated_env(os.environ))
+    return ahead
+
+
+def test_every_command_of_a_lock_starts_ahead_and_is_taken_in_its_turn(
+    tmp_path: Path, cache: Path
+) -> None:
+    """A lock with a source package runs uv several times: all start at once."""
+    image, fallback = _image(tmp_path), Fallback()
+    rounds = [_argv(1), _argv(0, "--no-binary", "x"), _argv(0, "--constraint", "c.txt")]
+    first = _lock_with(image, tmp_path / "l1", rounds, fallback)
+    assert first.taken == 0 and len(fallback.calls) == 3
+    again = _lock_with(image, tmp_path / "l2", rounds, fallback)
+    assert again.taken == 3 and len(fallback.calls) == 3
+
+
+def test_once_a_command_differs_the_rest_started_ahead_are_killed(
+    tmp_path: Path, cache: Path
+) -> None:
+    image, fallback = _image(tmp_path), Fallback()
+    rounds = [_argv(0), _argv(0, "--no-binary", "x"), _argv(0, "--constraint", "c.txt")]
+    _lock_with(image, tmp_path / "l1", rounds, fallback)
+    with headstart.begin(image, ["upgrade=False"]) as ahead:
+        started = list(ahead.started)
+        assert all(s is not None for s in started)
+        run = ahead.runner(fallback)
+        for n, argv in enumerate([rounds[0], _argv(0, "--no-binary", "y"), rounds[2]]):
+            folder = tmp_path / "l2" / str(n)
+            folder.mkdir(parents=True)
+            (folder / "requirements.in").write_text(FILES["requirements.in"])
+            run(argv, folder, isolated_env(os.environ))
+            if n == 1:  # the second differs: it and the third are gone
+                assert all(s is not None and s.proc is not None for s in started)
+                assert [s.proc.poll() is not None for s in started[1:]] == [True, True]  # type: ignore[union-attr]
+                assert not any(s.work.exists() for s in started)  # type: ignore[union-attr]
+    assert ahead.taken == 1 and len(fallback.calls) == 3 + 2
