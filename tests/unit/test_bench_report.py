@@ -186,3 +186,32 @@ def test_lock_peer_allows_the_sdist_the_lock_takes_and_nothing_else() -> None:
         )
         assert argv == [*plain, *extra]
         assert requirements == plain_requirements
+
+
+def test_lock_peer_pins_a_builder_stage_with_a_second_command() -> None:
+    # images/torch-ext's lock has a [build] stage (toolkit wheels, the sdist's build
+    # requirements) pinned against the image's pins: a user gets the same with a second
+    # `uv pip compile` constrained by the first one's output. torch-cpu has no stage.
+    from envbuild import lockfile
+    from envbuild.request import load_request
+
+    image = run.ROOT / "images" / "torch-ext"
+    lock = lockfile.loads((image / "envbuild.lock").read_text())
+    argv, _ = run.peer_lock_command(lock, load_request(image), image_dir=image, uv=("uv",))
+    second = run.peer_build_command(lock, argv)
+    assert second is not None
+    build_argv, build_in = second
+    toolkit = next(p for p in lock.packages if p.name == "cuda-toolkit")
+    lines = build_in.splitlines()
+    # The toolkit the runtime pins, with nvcc; the runtime's own CCCL wheel (see
+    # envbuild.extensions.toolchain_requirements); then the sdist's build requirements.
+    assert lines[:2] == [f"cuda-toolkit[nvcc]=={toolkit.version}", "nvidia-cuda-cccl"]
+    assert lines[2:] == sorted(next(p for p in lock.packages if p.sdist).build_requires)
+    assert build_argv[:4] == ["uv", "pip", "compile", "build.in"]
+    assert build_argv[-2:] == ["--constraint", "requirements.txt"]
+    assert "--no-binary" not in build_argv
+    assert build_argv[build_argv.index("--output-file") + 1] == "build.txt"
+
+    cpu = run.ROOT / "images" / "torch-cpu"
+    cpu_lock = lockfile.loads((cpu / "envbuild.lock").read_text())
+    assert run.peer_build_command(cpu_lock, argv) is None
