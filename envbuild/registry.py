@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 _MANIFEST_TYPES = ", ".join(
@@ -36,13 +36,40 @@ def split_ref(ref: str) -> tuple[str, str, str]:
     return "registry-1.docker.io", repo, tag
 
 
+_PROXY_ENV = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
+
+
+def host_unknown(registry: str, environ: Mapping[str, str] | None = None) -> bool:
+    """True when the registry's host name does not resolve here and no proxy would reach it
+    for us: there is no registry to ask, and the HTTP stack need not even be imported (an
+    air-gapped build host locks unpinned at once; requests and urllib3 are most of a
+    lock's own start-up). Any other doubt is left to the request itself."""
+    import os
+    import socket
+
+    env = os.environ if environ is None else environ
+    if any(env.get(k) for k in _PROXY_ENV):
+        return False
+    try:
+        socket.getaddrinfo(_host(registry), 443, type=socket.SOCK_STREAM)
+    except socket.gaierror:
+        return True
+    except (OSError, UnicodeError):
+        return False
+    return False
+
+
+def _host(registry: str) -> str:
+    """ "[::1]:5000" -> "::1", "localhost:5000" -> "localhost", "ghcr.io" -> "ghcr.io"."""
+    if registry.startswith("["):
+        return registry[1:].partition("]")[0]
+    return registry.partition(":")[0]
+
+
 def is_loopback(registry: str) -> bool:
     """A registry on this machine (`localhost`, 127.0.0.0/8, ::1), which Docker and Podman
     may reach over plain HTTP without configuration (Docker's insecure-registries default)."""
-    if registry.startswith("["):
-        host = registry[1:].partition("]")[0]
-    else:
-        host = registry.partition(":")[0]
+    host = _host(registry)
     if host == "localhost":
         return True
     try:
@@ -102,9 +129,11 @@ def registry_digest(ref: str, *, timeout: float = 5.0, retries: int = 2) -> str 
     `WWW-Authenticate` (distribution spec, "Token authentication"). A registry on this machine
     is tried over HTTPS, then plain HTTP, as the engines do (`is_loopback`).
     """
+    registry, repo, tag = split_ref(ref)
+    if host_unknown(registry):
+        return None
     import requests  # lazy: heavy, and only `lock` needs it
 
-    registry, repo, tag = split_ref(ref)
     schemes = ("https", "http") if is_loopback(registry) else ("https",)
     session = _session(retries)
     for scheme in schemes:

@@ -1,7 +1,11 @@
-"""envbuild.registry's lock rule for base digests (no network: the lookup is a stand-in)."""
+"""envbuild.registry: the lock rule for base digests (the lookup is a stand-in) and when no
+registry is asked (a name look-up of a `.invalid` host at most; no HTTP)."""
 
 from __future__ import annotations
 
+import pytest
+
+from envbuild import registry
 from envbuild.registry import lock_digest
 
 
@@ -22,3 +26,28 @@ def test_lock_digest_keeps_the_previous_one_else_asks_unless_offline() -> None:
     assert asked == []  # --offline asks no registry
     assert lock_digest("x:2", "x:1", kept, offline=False, lookup=lookup) == "sha256:" + "a" * 64
     assert asked == ["x:2"]
+
+
+# `.invalid` never resolves (RFC 2606, https://www.rfc-editor.org/rfc/rfc2606#section-2).
+def test_a_registry_whose_host_does_not_resolve_is_not_asked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def no_http(retries: int) -> None:
+        raise AssertionError("the HTTP session was made for a host that does not resolve")
+
+    monkeypatch.setattr(registry, "_session", no_http)
+    for name in _PROXIES:
+        monkeypatch.delenv(name, raising=False)
+    assert registry.host_unknown("registry.invalid")
+    assert registry.registry_digest("registry.invalid/team/base:1") is None
+
+
+def test_through_a_proxy_or_on_this_machine_the_request_decides() -> None:
+    """A proxy may reach a host this machine cannot resolve (requests honours it)."""
+    assert not registry.host_unknown("registry.invalid", {"HTTPS_PROXY": "http://proxy:3128"})
+    assert not registry.host_unknown("localhost:5000", {})
+    assert not registry.host_unknown("127.0.0.1:5000", {})
+    assert not registry.host_unknown("[::1]:5000", {})
+
+
+_PROXIES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
