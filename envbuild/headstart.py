@@ -24,15 +24,15 @@ import contextlib
 import json
 import os
 import subprocess
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
 from envbuild import codecache, wheelhashes
 from envbuild.uvenv import isolated_env
 
 if TYPE_CHECKING:
+    from pathlib import Path  # annotations only: pathlib's import would delay the start
+
     from envbuild.pydeps import Runner, RunResult
 
 FOLDER = "headstart"
@@ -45,21 +45,21 @@ DISABLE_ENV = "ENVBUILD_NO_HEADSTART"
 """Set to 1 to start uv only once envbuild has built its command (the lock is the same)."""
 
 
-def record_key(image_dir: Path, options: Sequence[str]) -> str:
+def record_key(image_dir: str | Path, options: Sequence[str]) -> str:
     """What a kept command is for: this envbuild, the folder, the flags."""
     from envbuild import __version__
 
-    return json.dumps([__version__, str(image_dir.resolve()), list(options)])
+    return json.dumps([__version__, os.path.realpath(image_dir), list(options)])
 
 
-def record_path(key: str) -> Path:
+def record_path(key: str) -> str:
     """Where the command of the last lock with this `record_key` is kept (a checksum names
     the file; the record holds the whole key, compared exactly)."""
     name = f"{binascii.crc32(key.encode()):08x}"
-    return Path(codecache.user_cache_dir()) / FOLDER / f"{name}.json"
+    return os.path.join(codecache.user_cache_dir(), FOLDER, f"{name}.json")
 
 
-def inputs_stamp(image_dir: Path) -> str:
+def inputs_stamp(image_dir: str | Path) -> str:
     """What the image folder's plain files are (name, size, mtime, ctime, inode), without
     opening any: a changed envbuild.toml or lock, or a new file, makes a new stamp. Only
     decides whether to try; the exact comparison decides whether to use."""
@@ -73,7 +73,7 @@ def inputs_stamp(image_dir: Path) -> str:
     return json.dumps(sorted(entries))
 
 
-def read_record(path: Path) -> dict[str, Any] | None:
+def read_record(path: str) -> dict[str, Any] | None:
     """The kept commands, or None when absent, not the user's own, or not what this writes."""
     try:
         with open(path, "rb") as f:
@@ -104,12 +104,13 @@ def _is_call(call: object) -> bool:
     )
 
 
-def read_folder(folder: Path) -> dict[str, str]:
+def read_folder(folder: str | Path) -> dict[str, str]:
     """The text of every plain file in uv's working folder (what envbuild wrote for uv)."""
     out = {}
     for e in sorted(os.scandir(folder), key=lambda e: e.name):
         if e.is_file(follow_symlinks=False):
-            out[e.name] = Path(e.path).read_text()
+            with open(e.path, encoding="utf-8", errors="surrogateescape") as f:
+                out[e.name] = f.read()
     return out
 
 
@@ -118,36 +119,59 @@ def find_link_folders(argv: Sequence[str]) -> list[str]:
     return [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--find-links"]
 
 
-def generic(argv: Sequence[str], work: Path) -> list[str]:
+def generic(argv: Sequence[str], work: str | Path) -> list[str]:
     """`argv` with its working folder written as WORK."""
-    return [a.replace(str(work), WORK) for a in argv]
+    return [a.replace(os.fspath(work), WORK) for a in argv]
 
 
-def specific(argv: Sequence[str], work: Path) -> list[str]:
-    return [a.replace(WORK, str(work)) for a in argv]
+def specific(argv: Sequence[str], work: str | Path) -> list[str]:
+    return [a.replace(WORK, os.fspath(work)) for a in argv]
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w", encoding="utf-8", errors="surrogateescape") as f:
+        f.write(text)
+
+
+def _private_folder() -> str:
+    """A new folder only this user can enter, in $TMPDIR or /tmp (tempfile's own import, with
+    shutil's archive modules, would be most of this module's start)."""
+    base = os.environ.get("TMPDIR") or "/tmp"
+    for _ in range(8):
+        path = os.path.join(base, f"envbuild-headstart-{os.urandom(6).hex()}")
+        try:
+            os.mkdir(path, 0o700)
+            return path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no new folder could be made in {base}")
 
 
 class Started:
-    """uv running in its own working folder, its output going to unnamed files."""
+    """uv running in its own working folder, its output going to files beside it."""
 
     def __init__(self, argv: Sequence[str], files: Mapping[str, str], env: Mapping[str, str]):
         self.argv = list(argv)
         self.files = dict(files)
         self.env = dict(env)
-        self.work = Path(tempfile.mkdtemp(prefix="envbuild-headstart-"))
-        # Files, not pipes: nothing reads uv's output until it ends. Closed by close().
-        self._out: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115
-        self._err: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115
+        self.home = _private_folder()
+        self.work = os.path.join(self.home, "work")
         self.proc: subprocess.Popen[bytes] | None = None
+        self._fds: list[int] = []
         try:
+            os.mkdir(self.work)
             for name, text in files.items():
                 if "/" in name or name in ("", ".", ".."):
                     raise OSError(f"not a file name: {name!r}")
-                (self.work / name).write_text(text)
+                _write(os.path.join(self.work, name), text)
+            # Files, not pipes: nothing reads uv's output until it ends.
+            for name in ("stdout", "stderr"):
+                flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+                self._fds.append(os.open(os.path.join(self.home, name), flags, 0o600))
             real = specific(argv, self.work)
             self.wheels = wheelhashes.snapshot(find_link_folders(real))
             self.proc = subprocess.Popen(
-                real, cwd=self.work, env=self.env, stdout=self._out, stderr=self._err
+                real, cwd=self.work, env=self.env, stdout=self._fds[0], stderr=self._fds[1]
             )
         except BaseException:
             self.close()
@@ -159,30 +183,31 @@ class Started:
             return False
         return wheelhashes.snapshot(find_link_folders(specific(argv, self.work))) == self.wheels
 
-    def finish(self, into: Path) -> tuple[int, str, str]:
+    def finish(self, into: str | Path) -> tuple[int, str, str]:
         """Wait for uv, copy what it wrote into `into`; (returncode, stdout, stderr)."""
         assert self.proc is not None  # set by __init__, or it raised
         code = self.proc.wait()
         for name, text in read_folder(self.work).items():
             if self.files.get(name) != text:
-                (into / name).write_text(text)
-        return code, _read(self._out), _read(self._err)
+                _write(os.path.join(into, name), text)
+        return code, _read(self._fds[0]), _read(self._fds[1])
 
     def close(self) -> None:
         """Kill uv if it still runs; remove its folder and output."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
-        self._out.close()
-        self._err.close()
+        for fd in self._fds:
+            os.close(fd)
+        self._fds = []
         import shutil  # only here: its import would delay the start
 
-        shutil.rmtree(self.work, ignore_errors=True)
+        shutil.rmtree(self.home, ignore_errors=True)
 
 
-def _read(f: IO[bytes]) -> str:
-    f.seek(0)
-    return f.read().decode(errors="replace")
+def _read(fd: int) -> str:
+    size = os.fstat(fd).st_size
+    return os.pread(fd, size, 0).decode(errors="replace")
 
 
 class HeadStart:
@@ -212,7 +237,7 @@ class HeadStart:
             body = {"format": FORMAT, "key": self.key, "inputs": self.inputs}
             body["calls"] = self._calls
             text = json.dumps(body, sort_keys=True).encode()
-            codecache.write_bytes(str(record_path(self.key)), text)
+            codecache.write_bytes(record_path(self.key), text)
 
     def close(self, first: int = 0) -> None:
         """Kill and remove the commands from index `first` on."""
@@ -262,7 +287,7 @@ def idle() -> HeadStart:
 
 
 def begin(
-    image_dir: Path,
+    image_dir: str | Path,
     options: Sequence[str],
     *,
     environ: Mapping[str, str] | None = None,

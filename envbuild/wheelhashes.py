@@ -16,12 +16,9 @@ user's own (`codecache.own_file`); anything unreadable means "no hashes".
 
 from __future__ import annotations
 
-import html
 import json
 import os
 from collections.abc import Iterable, Mapping
-from pathlib import Path
-from urllib.parse import quote, unquote, urlsplit
 
 from envbuild import codecache
 
@@ -32,8 +29,8 @@ LIMIT = 2000
 Identity = list[int]
 
 
-def _path() -> Path:
-    return Path(codecache.user_cache_dir()) / FILE_NAME
+def _path() -> str:
+    return os.path.join(codecache.user_cache_dir(), FILE_NAME)
 
 
 def _identity(path: str) -> Identity | None:
@@ -103,7 +100,7 @@ def remember(
     if len(new) > LIMIT:
         new = {p: new[p] for p, _ in pairs if p in new}
     body = {k: [v[0], v[1]] for k, v in sorted(new.items())}
-    codecache.write_bytes(str(_path()), json.dumps(body).encode())
+    codecache.write_bytes(_path(), json.dumps(body).encode())
 
 
 def wheels_only(folder: str) -> list[str] | None:
@@ -125,12 +122,16 @@ def wheels_only(folder: str) -> list[str] | None:
 
 def file_url(path: str) -> str:
     # The characters of wheel names kept as they are, so uv reports the same URL either way.
+    from urllib.parse import quote  # here: envbuild/headstart.py imports this module early
+
     return "file://" + quote(path, safe="/+!~")
 
 
 def links_page(files: Iterable[str], stored: Mapping[str, tuple[Identity, str]]) -> str | None:
     """A flat links page of `files`, with `#sha256=` for those whose hash is known; None when
     none is (then the folder itself is the better find-links: nothing to gain)."""
+    import html  # only here: what starts `lock` early (envbuild/headstart.py) needs none
+
     lines = []
     hinted = False
     for path in files:
@@ -149,5 +150,7 @@ def links_page(files: Iterable[str], stored: Mapping[str, tuple[Identity, str]])
 def local_path(url: str) -> str | None:
     """The path of a file:// URL (or an absolute path), else None."""
     if url.startswith("file:"):
+        from urllib.parse import unquote, urlsplit
+
         return unquote(urlsplit(url).path)
     return url if url.startswith("/") else None

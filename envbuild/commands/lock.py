@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -32,7 +31,8 @@ if TYPE_CHECKING:
         ],
     ),
 )
-@click.argument("image_dir", metavar="DIR", type=click.Path(path_type=Path))
+# A str, not a pathlib.Path: pathlib's import would come before uv's head start.
+@click.argument("image_dir", metavar="DIR", type=click.Path())
 @click.option(
     "--check",
     is_flag=True,
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 @click.option("--offline", is_flag=True, help="Use only the uv cache; fail if it is not enough.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout.")
 def command(
-    image_dir: Path,
+    image_dir: str,
     check: bool,
     upgrade: bool,
     upgrade_packages: tuple[str, ...],
@@ -79,11 +79,13 @@ def command(
     flags = [f"upgrade={upgrade}", f"offline={offline}", f"overlay={overlay_env}"]
     ahead = headstart.idle() if check else headstart.begin(image_dir, [*flags, *upgrade_packages])
     with ahead:
+        from pathlib import Path
+
         from envbuild import pydeps
         from envbuild.app import lock
 
         outcome = lock.lock(
-            image_dir=image_dir,
+            image_dir=Path(image_dir),
             check=check,
             upgrade=upgrade,
             upgrade_packages=upgrade_packages,

@@ -13,7 +13,7 @@ from tests.reliability.hostile import fake_uv, uv_calls
 
 
 def _started_ahead(call: dict[str, object]) -> bool:
-    return Path(str(call["cwd"])).name.startswith("envbuild-headstart-")
+    return Path(str(call["cwd"])).parent.name.startswith("envbuild-headstart-")
 
 
 def test_a_repeated_lock_takes_the_command_started_ahead(tmp_path: Path) -> None:
