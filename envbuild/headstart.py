@@ -313,3 +313,68 @@ def begin(
             HeadStart(key, inputs, started).close()
             raise
     return HeadStart(key, inputs, started)
+
+
+def lock_options(
+    upgrade: bool, offline: bool, upgrade_packages: Sequence[str], environ: Mapping[str, str]
+) -> list[str]:
+    """The flags a kept command is for (`record_key`), as the lock command reads them."""
+    overlay = environ.get("ENVBUILD_MATRIX_OVERLAY", "")
+    return [f"upgrade={upgrade}", f"offline={offline}", f"overlay={overlay}", *upgrade_packages]
+
+
+_EARLY: list[tuple[str, list[str], HeadStart]] = []
+
+
+def begin_early(args: Sequence[str]) -> None:
+    """`begin` for `envbuild lock ARGS` from the raw arguments, before click is imported
+    (envbuild/entry.py); anything this does not read plainly (--check, --help, an unknown
+    option, not one folder) starts nothing. `take_early` hands it to the command."""
+    parsed = _read_lock_args(args)
+    if parsed is None:
+        return
+    image_dir, upgrade, offline, packages = parsed
+    options = lock_options(upgrade, offline, packages, os.environ)
+    ahead = begin(image_dir, options)
+    if ahead.started:
+        import atexit
+
+        _EARLY.append((image_dir, options, ahead))
+        atexit.register(ahead.close)  # a usage error ends the process before the command
+
+
+def take_early(image_dir: str, options: Sequence[str]) -> HeadStart | None:
+    """The head start `begin_early` made for this folder and these flags, else None (one
+    made for what click then read otherwise is killed)."""
+    while _EARLY:
+        early_dir, early_options, ahead = _EARLY.pop()
+        if early_dir == image_dir and early_options == list(options):
+            return ahead
+        ahead.close()
+    return None
+
+
+def _read_lock_args(args: Sequence[str]) -> tuple[str, bool, bool, list[str]] | None:
+    """(DIR, --upgrade, --offline, --upgrade-package NAMEs) of plain `lock` arguments."""
+    folders: list[str] = []
+    upgrade = offline = False
+    packages: list[str] = []
+    it = iter(args)
+    for a in it:
+        if a == "--upgrade":
+            upgrade = True
+        elif a == "--offline":
+            offline = True
+        elif a == "--json":
+            pass
+        elif a == "--upgrade-package":
+            packages.append(next(it, ""))
+        elif a.startswith("--upgrade-package="):
+            packages.append(a.partition("=")[2])
+        elif a.startswith("-") and a != "-":
+            return None
+        else:
+            folders.append(a)
+    if len(folders) != 1 or "" in packages:
+        return None
+    return folders[0], upgrade, offline, packages

@@ -65,3 +65,53 @@ def test_the_same_lock_without_the_head_start(tmp_path: Path) -> None:
         ahead = [_started_ahead(c) for c in uv_calls(root / "uv")]
         assert ahead == ([False, False, True] if on == "" else [False, False, False])
     assert locks[0] == locks[1]
+
+
+def test_the_console_script_starts_uv_before_the_command_line_is_read(tmp_path: Path) -> None:
+    """Through envbuild/entry.py (the installed `envbuild`), in a child process: the kept
+    command starts before click is imported, the lock takes it, nothing is left in $TMPDIR;
+    a usage error after an early start leaves nothing either."""
+    import os
+    import subprocess
+    import sys
+
+    image = copy_example(tmp_path, "torch-train")
+    (image / "envbuild.lock").unlink(missing_ok=True)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {
+        **os.environ,
+        **fake_uv(tmp_path / "uv"),
+        "ENVBUILD_CACHE_DIR": str(tmp_path / "cache"),
+        "TMPDIR": str(tmp),
+        headstart.DISABLE_ENV: "",
+    }
+    entry = "from envbuild.entry import main; main()"
+
+    def envbuild(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", entry, *args], env=env, capture_output=True, text=True
+        )
+
+    for _ in range(3):
+        done = envbuild("lock", "--offline", str(image))
+        assert done.returncode == 0, done.stderr
+    assert [_started_ahead(c) for c in uv_calls(tmp_path / "uv")] == [False, False, True]
+    assert list(tmp.iterdir()) == []
+
+    # Started early, then the process ends before any command takes it (a usage error
+    # exits so): nothing is left running or on disk.
+    ended = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from envbuild import headstart; "
+            f"headstart.begin_early(['--offline', {str(image)!r}]); "
+            "assert headstart._EARLY; sys.exit(2)",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert ended.returncode == 2, ended.stderr
+    assert list(tmp.iterdir()) == []
