@@ -19,6 +19,7 @@ import pytest
 import requests
 from requests.adapters import HTTPAdapter
 
+import envbuild.registry
 from tests.reliability.helpers import assert_clear_error, copy_example, run
 from tests.reliability.hostile import fake_uv
 
@@ -53,6 +54,9 @@ def _serve(monkeypatch: pytest.MonkeyPatch, handler: Handler) -> list[str]:
         return handler(req)
 
     monkeypatch.setattr(HTTPAdapter, "send", send)
+    # The stand-in answers for the registry's host, so that host is one that resolves
+    # (envbuild.registry.host_unknown: no DNS here).
+    monkeypatch.setattr(envbuild.registry, "host_unknown", lambda registry: False)
     return seen
 
 
