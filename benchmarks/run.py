@@ -1194,6 +1194,108 @@ def smoke_results(results_dir: Path = RESULTS_DIR) -> Section:
     }
 
 
+# --- 6. build on the H200 (committed result) -------------------------------------------------
+
+H200_BUILD_FILE = "h200-build-bench.json"
+
+
+def h200_build_results(results_dir: Path = RESULTS_DIR) -> Section:
+    """`envbuild image` of the GPU example beside a hand-written Dockerfile on the H200: the
+    committed result of tests/gpu/h200_build_bench.sh (the device machine has no engine of its
+    own and reaches no registry, so `make bench` reads it rather than measuring it here)."""
+    title = f"6. Build on the H200 (committed GPU run: benchmarks/results/{H200_BUILD_FILE})"
+    path = results_dir / H200_BUILD_FILE
+    if not path.exists():
+        return {
+            "title": title,
+            "pending": f"PENDING: no benchmarks/results/{H200_BUILD_FILE} yet; run "
+            "tests/gpu/h200_build_bench.sh on the H200 and commit its JSON.",
+        }
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        return {"title": title, "rows": [], "error": f"{path.name} unreadable: {err}"}
+    out: Section = {"title": title, "rows": [r for r in doc.get("rows") or [] if "what" in r]}
+    if not doc.get("ok", False):
+        out["error"] = str(doc.get("error") or "the run did not finish")
+    out["notes"] = _h200_build_notes(doc)
+    return out
+
+
+def _h200_build_notes(doc: Mapping[str, Any]) -> list[str]:
+    m = doc.get("machine") or {}
+    gpu = m.get("gpu") or {}
+    base = m.get("base") or {}
+    settings = doc.get("settings") or {}
+    notes = [
+        f"Measured {m.get('date_utc', '?')} UTC on {gpu.get('count', '?')} x "
+        f"{gpu.get('name', '?')} "
+        f"(driver {gpu.get('driver', '?')}, {m.get('cpus', '?')} CPUs), Docker "
+        f"{m.get('engine', '?')} with CDI, no registry reachable; torch {m.get('torch', '?')} "
+        f"in a stand-in framework base made of the machine's own torch "
+        f"({_fmt((base.get('bytes') or 0) / 1e9)} GB, tests/gpu/make_torch_base.py).",
+        f"Cold: {settings.get('cold_rounds', '?')} rounds, each on a base of its own (a LABEL on "
+        "top: same files, new image id, so no build cache), who goes first rotating; warm: "
+        f"{settings.get('warm_samples', '?')} samples interleaved on the last round's base, "
+        "nothing changed. envbuild's time is the whole `envbuild image --json` (the lock made "
+        "once before); the peer's is `docker build` (classic builder, as envbuild's) plus "
+        "`docker run --device nvidia.com/gpu=all` of its training check "
+        "(benchmarks/peer/torch-gpu.Dockerfile, benchmarks/peer/gpu_train_check.py).",
+    ]
+    setup = doc.get("setup") or {}
+    locks = setup.get("lock_s") or {}
+    if locks:
+        each = ", ".join(f"{k} {_fmt(v, 's')}" for k, v in locks.items())
+        notes.append(
+            "Before the samples, once: base import "
+            f"{_fmt(setup.get('base_s'), 's')}, `envbuild lock` (probes the base in a "
+            f"container) {each}."
+        )
+    gap = _h200_cold_gap(doc.get("stages") or {})
+    if gap:
+        notes.append(gap)
+    probes = doc.get("probes") or {}
+
+    def first(key: str) -> Any:
+        runs = probes.get(key) or []
+        return runs[-1].get("seconds") if runs else None
+
+    if probes:
+        split = ((probes.get("host_check") or [{}])[-1].get("split")) or {}
+        notes.append(
+            "The machine's own costs, either side pays them: a bare container "
+            f"{_fmt(first('container_python_pass'), 's')}; one that imports torch with the GPU "
+            f"attached {_fmt(first('container_import_torch_gpu'), 's')}; the peer's check "
+            f"on the host, no container, {_fmt(first('host_check'), 's')} (import "
+            f"{_fmt(split.get('import_s'), 's')}, model to the GPU "
+            f"{_fmt(split.get('to_device_s'), 's')}, 30 steps {_fmt(split.get('train_s'), 's')})."
+        )
+    return notes
+
+
+def _h200_cold_gap(stages: Mapping[str, Any]) -> str:
+    """Where the cold difference between the two sides goes (medians of each stage)."""
+    ours, theirs = stages.get("envbuild_cold") or {}, stages.get("peer_cold") or {}
+    keys = ("wall_s", "build_s", "other_s", "smoke_s", "tag_s")
+    if not all(isinstance(ours.get(k), (int, float)) for k in keys) or not all(
+        isinstance(theirs.get(k), (int, float)) for k in ("wall_s", "build_s", "run_s")
+    ):
+        return ""
+    pay = ours.get("payload") or {}
+    extra = sum(pay.get(k) or 0.0 for k in ("conv_s", "sdpa_s", "repeat_s", "perf_s"))
+    own = ours["build_s"] + ours["tag_s"] + ours["other_s"]
+    return (
+        f"Where the cold difference ({ours['wall_s'] - theirs['wall_s']:+.1f} s) goes, medians: "
+        f"envbuild's own steps (build, tag and the rest) {_fmt(own, 's')} "
+        f"against the peer's build {_fmt(theirs['build_s'], 's')}; the smoke container "
+        f"{_fmt(ours['smoke_s'], 's')} against the peer's `docker run` "
+        f"{_fmt(theirs['run_s'], 's')}, "
+        f"of which the smoke's tier 1 {_fmt(pay.get('tier1_s'), 's')} and its tier 2 checks "
+        f"beyond training (conv, sdpa, matmul repeat, throughput) {_fmt(extra, 's')} have no "
+        "counterpart in the peer's check."
+    )
+
+
 # --- report -----------------------------------------------------------------------------------
 
 
@@ -1313,7 +1415,7 @@ def _goal_lines(data: Mapping[str, Any]) -> list[str]:
     """Every row with a goal: its measured ratio beside the ratio it must stay at or under."""
     rows = [
         (section.get("title", key), r)
-        for key in ("cli_start", "resolve", "lock", "build")
+        for key in ("cli_start", "resolve", "lock", "build", "h200_build")
         for section in [data.get(key) or {}]
         for r in section.get("rows", [])
         if r.get("goal") is not None
@@ -1379,7 +1481,7 @@ def write_report(data: Mapping[str, Any]) -> str:
     lines.append("")
     lines += _load_note(data.get("machine", {}))
     lines += _goal_lines(data)
-    for key in ("cli_start", "resolve", "lock", "build", "smoke_h200"):
+    for key in ("cli_start", "resolve", "lock", "build", "smoke_h200", "h200_build"):
         section = data.get(key)
         if not section:
             continue
@@ -1389,6 +1491,8 @@ def write_report(data: Mapping[str, Any]) -> str:
             continue
         if key == "smoke_h200":
             lines += _smoke_lines(section)
+        elif "pending" in section:
+            lines += [f"**{section['pending']}**", ""]
         elif section.get("rows"):
             lines += [*_table(section["rows"]), ""]
         if "error" in section:
@@ -1414,6 +1518,7 @@ def report_only() -> None:
     section from the committed GPU files, rewrite RESULTS.md; measures nothing."""
     data = json.loads((RESULTS_DIR / "latest.json").read_text())
     data["smoke_h200"] = smoke_results()
+    data["h200_build"] = h200_build_results()
     _write_atomic(RESULTS_DIR / "latest.json", json.dumps(data, indent=2, sort_keys=True) + "\n")
     _write_atomic(ROOT / "benchmarks" / "RESULTS.md", write_report(data))
 
@@ -1464,6 +1569,7 @@ def main() -> None:
             cold_build_repeat,
         )
     data["smoke_h200"] = smoke_results()
+    data["h200_build"] = h200_build_results()
     data["machine"]["load average at end"] = _load()
     _write_atomic(RESULTS_DIR / "latest.json", json.dumps(data, indent=2, sort_keys=True) + "\n")
     report = write_report(data)

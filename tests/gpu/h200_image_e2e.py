@@ -104,12 +104,12 @@ def gpu() -> dict[str, str] | None:
     return {"name": name, "driver": lines[0][1].strip(), "count": str(len(lines))}
 
 
-def write_request(folder: Path, device: dict[str, str] | None) -> None:
+def write_request(folder: Path, device: dict[str, str] | None, base: str = BASE_TAG) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     lines = [
         "# A framework base: the stand-in for an NGC container, made of this machine's torch.",
         "[image]",
-        f'base = "{BASE_TAG}"',
+        f'base = "{base}"',
     ]
     if device is None:
         lines += ['device = "cpu"']

@@ -215,3 +215,102 @@ def test_lock_peer_pins_a_builder_stage_with_a_second_command() -> None:
     cpu = run.ROOT / "images" / "torch-cpu"
     cpu_lock = lockfile.loads((cpu / "envbuild.lock").read_text())
     assert run.peer_build_command(cpu_lock, argv) is None
+
+
+def _h200_build_fixture() -> dict[str, Any]:
+    """A small h200-build-bench.json as tests/gpu/h200_build_bench.py writes it."""
+    peer = "hand-written Dockerfile"
+    return {
+        "ok": True,
+        "settings": {"cold_rounds": 3, "warm_samples": 3},
+        "machine": {
+            "gpu": {"name": "H200", "driver": "580.159.04", "count": "1"},
+            "engine": "26.1.5+dfsg1",
+            "cpus": 16,
+            "torch": "2.11.0+cu130",
+            "base": {"bytes": 6.2e9},
+            "date_utc": "2026-12-01 22:25",
+        },
+        "setup": {"base_s": 39.85, "lock_s": {"tier2": 9.66}},
+        "probes": {
+            "container_python_pass": [{"rc": 0, "seconds": 0.18}],
+            "container_import_torch_gpu": [{"rc": 0, "seconds": 6.23}],
+            "host_check": [{"rc": 0, "seconds": 11.3, "split": {"import_s": 4.1}}],
+        },
+        "rows": [
+            run.row(
+                "H200 cold build",
+                [17.0, 18.0, 16.0],
+                [14.0, 13.0, 15.0],
+                peer_name=peer,
+                note="envbuild: build 0.59 s + smoke 15.80 s",
+                goal=1.0,
+            ),
+            run.row(
+                "H200 warm rebuild", [1.0, 1.2, 1.1], [14.0, 13.0, 15.0], peer_name=peer, goal=1.3
+            ),
+            run.row("H200 cold build, tier 1", [7.0, 7.5, 8.0], [14.0, 13.0, 15.0], peer_name=peer),
+        ],
+    }
+
+
+def test_h200_build_result_is_pending_until_committed(tmp_path: Path) -> None:
+    section = run.h200_build_results(tmp_path)
+    assert section["pending"].startswith("PENDING: no benchmarks/results/h200-build-bench.json")
+    data = {**_canned(), "h200_build": section}
+    lines = run.write_report(data).splitlines()
+    assert f"**{section['pending']}**" in lines
+    assert "## Speed goals" not in lines  # nothing measured, no goal row
+
+
+def test_h200_build_rows_sit_beside_their_goals(tmp_path: Path) -> None:
+    (tmp_path / "h200-build-bench.json").write_text(json.dumps(_h200_build_fixture()))
+    section = run.h200_build_results(tmp_path)
+    data = {**_canned(), "h200_build": section}
+    lines = run.write_report(data).splitlines()
+    start = lines.index("## Speed goals")
+    goals = [ln for ln in lines[start:] if ln.startswith("| H200")][:2]
+    assert goals == [
+        "| H200 cold build | 6 | 17 s | 14 s | 1.21x | <= 1.00x | **no** |",
+        "| H200 warm rebuild | 6 | 1.1 s | 14 s | 0.08x | <= 1.30x | yes |",
+    ]
+    assert (
+        "## 6. Build on the H200 (committed GPU run: benchmarks/results/h200-build-bench.json)"
+        in lines
+    )
+    tier1 = next(ln for ln in lines if ln.startswith("| H200 cold build, tier 1 |"))
+    assert [c.strip() for c in tier1.strip("|").split("|")][1:6] == [
+        "7.5 s",
+        "14 s",
+        "hand-written Dockerfile",
+        "0.54x",
+        "3",
+    ]
+    notes = [ln for ln in lines if ln.startswith("- Measured 2026-12-01 22:25 UTC on 1 x H200")]
+    assert len(notes) == 1 and "torch 2.11.0+cu130" in notes[0] and "6.2 GB" in notes[0]
+    assert any("a bare container 0.18 s" in ln and "import 4.1 s" in ln for ln in lines)
+
+
+def test_a_broken_h200_build_file_is_reported_not_raised(tmp_path: Path) -> None:
+    (tmp_path / "h200-build-bench.json").write_text("{not json")
+    section = run.h200_build_results(tmp_path)
+    assert section["rows"] == [] and "h200-build-bench.json unreadable" in section["error"]
+    doc = {**_h200_build_fixture(), "ok": False, "error": "RuntimeError: peer check exited 1"}
+    (tmp_path / "h200-build-bench.json").write_text(json.dumps(doc))
+    text = run.write_report({**_canned(), "h200_build": run.h200_build_results(tmp_path)})
+    assert "**FAILED:**" in text and "RuntimeError: peer check exited 1" in text
+
+
+def test_h200_cold_gap_splits_the_difference_by_stage() -> None:
+    stages = {
+        "envbuild_cold": {
+            **{"wall_s": 17.6, "build_s": 0.6, "other_s": 1.2, "smoke_s": 15.8, "tag_s": 0.1},
+            "payload": {"tier1_s": 0.3, "conv_s": 0.2, "sdpa_s": 1.0, "perf_s": 0.1},
+        },
+        "peer_cold": {"wall_s": 14.0, "build_s": 0.05, "run_s": 13.9},
+    }
+    text = run._h200_cold_gap(stages)
+    assert text.startswith("Where the cold difference (+3.6 s) goes, medians: ")
+    assert "own steps (build, tag and the rest) 1.9 s against the peer's build 50 ms" in text
+    assert "tier 1 0.3 s and its tier 2 checks beyond training" in text and "1.3 s have" in text
+    assert run._h200_cold_gap({"peer_cold": stages["peer_cold"]}) == ""
