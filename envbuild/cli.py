@@ -225,7 +225,8 @@ def main() -> None:
             # Everything the command made is left to the process's end: the interpreter's
             # shutdown then frees it without the garbage collector's passes over it (0.1 s of a
             # 0.9 s `envbuild lock`, measured with strace). Files and folders are closed and
-            # removed by `with` blocks before this; atexit handlers still run.
+            # removed by `with` blocks before this; atexit handlers still run. (An object in a
+            # reference cycle is then never finalized: no open file may be left in one.)
             # https://docs.python.org/3/library/gc.html#gc.freeze
             import gc
 

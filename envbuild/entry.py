@@ -12,10 +12,20 @@ from __future__ import annotations
 import sys
 
 
+def _terminated(signum: int, frame: object) -> None:
+    # SIGTERM before envbuild.cli installs its own handler: end through SystemExit, so the
+    # exit handler that stops what was started early still runs (a default SIGTERM would
+    # leave it running with its folder). 143: what a shell reports for SIGTERM.
+    raise SystemExit(143)
+
+
 def main() -> None:
     if sys.argv[1:2] == ["lock"]:
+        import _signal  # type: ignore[import-not-found]  # signal.py's enums are not needed
+
         from envbuild import headstart
 
+        _signal.signal(_signal.SIGTERM, _terminated)
         headstart.begin_early(sys.argv[2:])
     from envbuild.cli import main as cli_main
 

@@ -23,6 +23,7 @@ import binascii
 import contextlib
 import json
 import os
+import re
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -36,9 +37,10 @@ if TYPE_CHECKING:
     from envbuild.pydeps import Runner, RunResult
 
 FOLDER = "headstart"
-WORK = "{work}"
-"""Stands for uv's working folder in a kept command (each run has its own temporary one)."""
-FORMAT = 2
+WORK = "\0work\0"
+"""Stands for uv's working folder in a kept command (each run has its own temporary one):
+no argument can hold a NUL byte, so nothing real is ever taken for it."""
+FORMAT = 3
 MAX_AHEAD = 8
 """At most this many commands start ahead (a lock with source packages runs about five)."""
 DISABLE_ENV = "ENVBUILD_NO_HEADSTART"
@@ -80,7 +82,7 @@ def read_record(path: str) -> dict[str, Any] | None:
             if not codecache.own_file(f.fileno()):
                 return None
             data = json.loads(f.read())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     ok = (
         isinstance(data, dict)
@@ -101,6 +103,8 @@ def _is_call(call: object) -> bool:
         and all(isinstance(a, str) for a in call["argv"])
         and isinstance(call.get("files"), dict)
         and all(isinstance(k, str) and isinstance(v, str) for k, v in call["files"].items())
+        and isinstance(call.get("watch"), list)
+        and all(isinstance(p, str) for p in call["watch"])
     )
 
 
@@ -109,7 +113,7 @@ def read_folder(folder: str | Path) -> dict[str, str]:
     out = {}
     for e in sorted(os.scandir(folder), key=lambda e: e.name):
         if e.is_file(follow_symlinks=False):
-            with open(e.path, encoding="utf-8", errors="surrogateescape") as f:
+            with open(e.path, encoding="utf-8", errors="surrogateescape", newline="") as f:
                 out[e.name] = f.read()
     return out
 
@@ -129,7 +133,7 @@ def specific(argv: Sequence[str], work: str | Path) -> list[str]:
 
 
 def _write(path: str, text: str) -> None:
-    with open(path, "w", encoding="utf-8", errors="surrogateescape") as f:
+    with open(path, "w", encoding="utf-8", errors="surrogateescape", newline="") as f:
         f.write(text)
 
 
@@ -147,13 +151,47 @@ def _private_folder() -> str:
     raise FileExistsError(f"no new folder could be made in {base}")
 
 
-class Started:
-    """uv running in its own working folder, its output going to files beside it."""
+_FILE_HREF = re.compile(r'href="file://([^"#]+)')
 
-    def __init__(self, argv: Sequence[str], files: Mapping[str, str], env: Mapping[str, str]):
+
+def local_files(argv: Sequence[str]) -> list[str]:
+    """Every local file uv may read through the `--find-links` of `argv`: each file in a
+    local folder, each `file://` link of a links page (envbuild.wheelhashes writes them)."""
+    import html
+    from urllib.parse import unquote
+
+    out: set[str] = set()
+    for link in find_link_folders(argv):
+        if os.path.isdir(link):
+            with contextlib.suppress(OSError), os.scandir(link) as it:
+                out.update(e.path for e in it if e.is_file())
+        elif os.path.isfile(link):
+            with contextlib.suppress(OSError, ValueError), open(link, encoding="utf-8") as f:
+                out.update(unquote(html.unescape(m)) for m in _FILE_HREF.findall(f.read()))
+    return sorted(out)
+
+
+def identities(paths: Sequence[str]) -> list[object]:
+    """The stat identity of each path (None for one that is gone)."""
+    return [wheelhashes.file_identity(p) for p in paths]
+
+
+class Started:
+    """uv running in its own working folder, its output going to files beside it. `watch`:
+    the local files its command may read (`local_files`), whose identities are taken now."""
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        files: Mapping[str, str],
+        env: Mapping[str, str],
+        watch: Sequence[str] = (),
+    ):
         self.argv = list(argv)
         self.files = dict(files)
         self.env = dict(env)
+        self.watch = list(watch)
+        self.wheels = identities(self.watch)
         self.home = _private_folder()
         self.work = os.path.join(self.home, "work")
         self.proc: subprocess.Popen[bytes] | None = None
@@ -168,20 +206,29 @@ class Started:
             for name in ("stdout", "stderr"):
                 flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
                 self._fds.append(os.open(os.path.join(self.home, name), flags, 0o600))
-            real = specific(argv, self.work)
-            self.wheels = wheelhashes.snapshot(find_link_folders(real))
+            # Its own session: close() ends whatever uv started too (os.killpg).
             self.proc = subprocess.Popen(
-                real, cwd=self.work, env=self.env, stdout=self._fds[0], stderr=self._fds[1]
+                specific(argv, self.work),
+                cwd=self.work,
+                env=self.env,
+                stdout=self._fds[0],
+                stderr=self._fds[1],
+                start_new_session=True,
             )
         except BaseException:
             self.close()
             raise
 
-    def same(self, argv: Sequence[str], files: Mapping[str, str], env: Mapping[str, str]) -> bool:
-        """Is (argv, files, env) the command this runs, and no wheel it may read changed?"""
+    def same(
+        self, argv: Sequence[str], files: Mapping[str, str], env: Mapping[str, str], cwd: str
+    ) -> bool:
+        """Is (argv, files, env) the command this runs, reading the same local files, none
+        of them changed since it started? (uv may have read a file before it changed: the
+        hash it reports would then be remembered for the new bytes, envbuild.wheelhashes.)"""
         if self.argv != list(argv) or self.files != dict(files) or self.env != dict(env):
             return False
-        return wheelhashes.snapshot(find_link_folders(specific(argv, self.work))) == self.wheels
+        watch = local_files(specific(argv, cwd))
+        return watch == self.watch and identities(watch) == self.wheels
 
     def finish(self, into: str | Path) -> tuple[int, str, str]:
         """Wait for uv, copy what it wrote into `into`; (returncode, stdout, stderr)."""
@@ -195,7 +242,10 @@ class Started:
     def close(self) -> None:
         """Kill uv if it still runs; remove its folder and output."""
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
+            import signal
+
+            with contextlib.suppress(OSError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
         for fd in self._fds:
             os.close(fd)
@@ -254,7 +304,8 @@ class HeadStart:
         def run(argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> RunResult:
             command, files = generic(argv, cwd), read_folder(cwd)
             i = len(self._calls)
-            self._calls.append({"argv": command, "files": files})
+            watch = local_files(argv)
+            self._calls.append({"argv": command, "files": files, "watch": watch})
             result = self._take(i, command, files, env, cwd)
             if result is None:
                 self.close(i)
@@ -273,7 +324,7 @@ class HeadStart:
             return None
         self.started[i] = None
         try:
-            if not started.same(argv, files, env):
+            if not started.same(argv, files, env, os.fspath(cwd)):
                 return None
             self.taken += 1
             return RunResult(*started.finish(cwd))
@@ -291,7 +342,9 @@ def begin(
     options: Sequence[str],
     *,
     environ: Mapping[str, str] | None = None,
-    start: Callable[[Sequence[str], Mapping[str, str], Mapping[str, str]], Started] = Started,
+    start: Callable[
+        [Sequence[str], Mapping[str, str], Mapping[str, str], Sequence[str]], Started
+    ] = Started,
 ) -> HeadStart:
     """Start the commands the last lock of `image_dir` with these `options` ran, when the
     folder's files are as they were then; a HeadStart that starts nothing otherwise."""
@@ -306,7 +359,7 @@ def begin(
         env = isolated_env(environ)
         try:
             for call in record["calls"][:MAX_AHEAD]:
-                started.append(start(call["argv"], call["files"], env))
+                started.append(start(call["argv"], call["files"], env, call["watch"]))
         except (OSError, ValueError):
             pass  # the rest run in their turn, as without a head start
         except BaseException:

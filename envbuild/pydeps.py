@@ -161,6 +161,18 @@ def select_tool(prefer: str | None = None) -> tuple[str, list[str]]:
 PREFERENCES_FILE = "pylock.toml"
 
 
+def plain_cpython() -> str | None:
+    """This interpreter, when uv may be told to use it: a CPython with the GIL. uv still takes
+    the implementation and the free-threading ABI from its interpreter when given a target
+    version and platform, and the image's Python is a CPython with the GIL (PyPy or a
+    free-threaded 3.13t would change the tags it picks for); None: uv finds its own."""
+    import sysconfig
+
+    if sys.implementation.name != "cpython" or sysconfig.get_config_var("Py_GIL_DISABLED"):
+        return None
+    return sys.executable or None
+
+
 def uv_argv(uv: Sequence[str], req: PinRequest, *, interpreter: str | None = None) -> list[str]:
     """The `uv pip compile` command line; run in a folder holding requirements.in.
     `interpreter`: the Python uv is told to use instead of looking for one (see `pin`)."""
@@ -554,7 +566,7 @@ def pin(
             # (--only-binary; source packages come with their metadata): naming the one
             # envbuild runs on spares uv its search of PATH, which on a pyenv machine runs
             # pyenv's shell shims (0.25 s of a 0.7 s lock, benchmarks/RESULTS.md, section 3).
-            argv = uv_argv(base, replace(req, find_links=links), interpreter=sys.executable)
+            argv = uv_argv(base, replace(req, find_links=links), interpreter=plain_cpython())
             result = runner(argv, work, env)
             if result.returncode != 0:
                 raise classify_failure("uv", result.stderr, req)

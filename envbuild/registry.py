@@ -36,9 +36,6 @@ def split_ref(ref: str) -> tuple[str, str, str]:
     return "registry-1.docker.io", repo, tag
 
 
-_PROXY_ENV = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
-
-
 def host_unknown(registry: str, environ: Mapping[str, str] | None = None) -> bool:
     """True when the registry's host name does not resolve here and no proxy would reach it
     for us: there is no registry to ask, and the HTTP stack need not even be imported (an
@@ -46,9 +43,14 @@ def host_unknown(registry: str, environ: Mapping[str, str] | None = None) -> boo
     lock's own start-up). Any other doubt is left to the request itself."""
     import os
     import socket
+    import sys
 
     env = os.environ if environ is None else environ
-    if any(env.get(k) for k in _PROXY_ENV):
+    # requests finds proxies as urllib.request.getproxies does: any *_proxy variable, in
+    # any case, and on macOS and Windows the system's settings, which are not read here.
+    if sys.platform in ("darwin", "win32") or any(
+        k.lower().endswith("_proxy") and k.lower() != "no_proxy" and v for k, v in env.items()
+    ):
         return False
     try:
         socket.getaddrinfo(_host(registry), 443, type=socket.SOCK_STREAM)

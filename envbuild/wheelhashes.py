@@ -33,7 +33,8 @@ def _path() -> str:
     return os.path.join(codecache.user_cache_dir(), FILE_NAME)
 
 
-def _identity(path: str) -> Identity | None:
+def file_identity(path: str) -> Identity | None:
+    """The file's stat identity (device, inode, size, mtime and ctime in ns); None if gone."""
     try:
         st = os.stat(path)
     except OSError:
@@ -62,7 +63,7 @@ def known(path: str, stored: Mapping[str, tuple[Identity, str]]) -> str | None:
     entry = stored.get(path)
     if entry is None:
         return None
-    identity = _identity(path)
+    identity = file_identity(path)
     return entry[1] if identity is not None and identity == entry[0] else None
 
 
@@ -72,7 +73,7 @@ def snapshot(links: Iterable[str]) -> dict[str, Identity]:
     out: dict[str, Identity] = {}
     for link in links:
         for path in wheels_only(link) or ():
-            identity = _identity(path)
+            identity = file_identity(path)
             if identity is not None:
                 out[path] = identity
     return out
@@ -90,7 +91,7 @@ def remember(
     new = dict(stored)
     changed = False
     for path, digest in pairs:
-        identity = _identity(path)
+        identity = file_identity(path)
         if identity is None or identity != before.get(path) or new.get(path) == (identity, digest):
             continue
         new[path] = (identity, digest)

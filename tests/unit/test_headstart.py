@@ -311,3 +311,56 @@ def test_an_early_start_goes_to_the_command_that_reads_the_same_folder_and_flags
     assert early is not None and early.started != []
     early.close()
     assert headstart.take_early(str(image), options) is None  # handed over once
+
+
+def test_a_wheel_behind_a_links_page_changed_since_the_start_is_not_taken(
+    tmp_path: Path, cache: Path
+) -> None:
+    """The page envbuild writes for uv names the wheels by file:// URL: those files are
+    watched too, not just folders."""
+    wheel = tmp_path / "wheels" / "torch-2.13.0+cpu-py3-none-any.whl"
+    wheel.parent.mkdir()
+    wheel.write_bytes(b"old")
+    page = '<a href="file://' + str(wheel).replace("+", "%2B") + '">w</a>\n'
+    files = {**FILES, "find-links-0.html": page}
+    image, fallback = _image(tmp_path), Fallback()
+
+    def lock(n: int) -> headstart.HeadStart:
+        work = tmp_path / f"w{n}"
+        return _run_once(
+            image,
+            work,
+            [*_argv(), "--find-links", str(work / "find-links-0.html")],
+            files,
+            fallback,
+        )[0]
+
+    lock(1)
+    assert lock(2).used  # unchanged: taken
+    real_start = headstart.Started
+
+    def start_then_replace(*args: object) -> headstart.Started:
+        started = real_start(*args)  # type: ignore[arg-type]
+        wheel.write_bytes(b"newer")
+        return started
+
+    work = tmp_path / "w3"
+    work.mkdir()
+    for name, text in files.items():
+        (work / name).write_text(text)
+    argv = [*_argv(), "--find-links", str(work / "find-links-0.html")]
+    with headstart.begin(image, ["upgrade=False"], start=start_then_replace) as ahead:
+        ahead.runner(fallback)(argv, work, isolated_env(os.environ))
+    assert not ahead.used
+
+
+def test_inputs_are_compared_byte_for_byte(tmp_path: Path, cache: Path) -> None:
+    """CRLF against LF is another file; a literal `{work}` in an argument is just text."""
+    image, fallback = _image(tmp_path), Fallback()
+    _run_once(image, tmp_path / "w1", _argv(), {"requirements.in": "torch\r\n"}, fallback)
+    ahead, _ = _run_once(image, tmp_path / "w2", _argv(), {"requirements.in": "torch\n"}, fallback)
+    assert not ahead.used
+    odd = [*_argv(), "--find-links", "/data/{work}/wheels"]
+    _run_once(image, tmp_path / "w3", odd, FILES, fallback)
+    ahead, _ = _run_once(image, tmp_path / "w4", odd, FILES, fallback)
+    assert ahead.used  # the same text both times, never replaced by uv's folder

@@ -147,6 +147,14 @@ def test_pin_writes_preferences_and_isolates_index_settings(
     assert fake.argv[-2:] == ["--python", sys.executable]
 
 
+def test_uv_is_told_only_a_plain_cpython(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sysconfig
+
+    assert pydeps.plain_cpython() == sys.executable  # this test's CPython 3.11
+    monkeypatch.setattr(sysconfig, "get_config_var", lambda name: 1)  # a free-threaded build
+    assert pydeps.plain_cpython() is None
+
+
 def test_the_peer_command_names_no_interpreter() -> None:
     """What a user types by hand: `uv pip compile` as it comes, uv finds its own Python."""
     assert "--python" not in pydeps.uv_argv(["uv"], _req())
