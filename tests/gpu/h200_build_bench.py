@@ -37,7 +37,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from benchmarks.run import _fresh_base, row
+from benchmarks.common import row
+from benchmarks.run import _fresh_base
 from tests.gpu import h200_image_e2e as e2e
 
 REPO = e2e.REPO

@@ -8,7 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from benchmarks import run
+from benchmarks import common, run
+from benchmarks import lock as lock_bench
 from envbuild.matrix import load_matrix
 
 
@@ -19,13 +20,15 @@ def _canned() -> dict[str, Any]:
         "cli_start": {
             "title": "1. CLI start",
             "rows": [
-                run.row("`envbuild --help`", [0.2, 0.3, 0.25], [0.05, 0.04, 0.06], peer_name="py")
+                common.row(
+                    "`envbuild --help`", [0.2, 0.3, 0.25], [0.05, 0.04, 0.06], peer_name="py"
+                )
             ],
             "notes": ["Wall time."],
         },
         "resolve": {
             "title": "2. Resolve",
-            "rows": [run.row("sweep", 1234.5, unit="requests/s", note="34 s in all")],
+            "rows": [common.row("sweep", 1234.5, unit="requests/s", note="34 s in all")],
         },
         "lock": {"title": "3. Lock", "skipped": "no network"},
         "build": {"title": "4. Build", "rows": [], "error": "envbuild image exited 5"},
@@ -34,12 +37,12 @@ def _canned() -> dict[str, Any]:
 
 
 def test_row_takes_medians_and_the_ratio_of_medians() -> None:
-    r = run.row("x", [3.0, 1.0, 2.0], [4.0, 8.0, 6.0], peer_name="peer")
+    r = common.row("x", [3.0, 1.0, 2.0], [4.0, 8.0, 6.0], peer_name="peer")
     assert r["envbuild"] == 2.0 and r["peer"] == 6.0
     assert r["ratio"] == 2.0 / 6.0
     assert r["n"] == 3
     assert r["samples"]["envbuild"] == [3.0, 1.0, 2.0]
-    assert run.row("y", 5.0)["ratio"] is None
+    assert common.row("y", 5.0)["ratio"] is None
 
 
 def test_report_has_one_table_row_per_measurement() -> None:
@@ -144,9 +147,9 @@ def test_goals_table_sets_each_ratio_beside_its_goal() -> None:
     data = _canned()
     data["machine"] = {"cpus": 2, "load average at start": "7.10 6.00 5.00"}
     data["cli_start"]["rows"] = [
-        run.row("`envbuild --help`", [0.06], [0.05], peer_name="click", goal=1.2),
-        run.row("`envbuild resolve`", [0.12], [0.05], peer_name="click", goal=2.0),
-        run.row("`python -c pass`", [0.01]),
+        common.row("`envbuild --help`", [0.06], [0.05], peer_name="click", goal=1.2),
+        common.row("`envbuild resolve`", [0.12], [0.05], peer_name="click", goal=2.0),
+        common.row("`python -c pass`", [0.01]),
     ]
     lines = run.write_report(data).splitlines()
     start = lines.index("## Speed goals")
@@ -177,10 +180,12 @@ def test_lock_peer_allows_the_sdist_the_lock_takes_and_nothing_else() -> None:
     from envbuild.request import load_request
 
     for name, extra in [("torch-ext", ["--no-binary", "envbuild-vecadd"]), ("torch-cpu", [])]:
-        image = run.ROOT / "images" / name
+        image = common.ROOT / "images" / name
         lock = lockfile.loads((image / "envbuild.lock").read_text())
         request = load_request(image)
-        argv, requirements = run.peer_lock_command(lock, request, image_dir=image, uv=("uv",))
+        argv, requirements = lock_bench.peer_lock_command(
+            lock, request, image_dir=image, uv=("uv",)
+        )
         plain, plain_requirements = pydeps.peer_compile_command(
             lock, request, image_dir=image, uv=("uv",)
         )
@@ -195,10 +200,10 @@ def test_lock_peer_pins_a_builder_stage_with_a_second_command() -> None:
     from envbuild import lockfile
     from envbuild.request import load_request
 
-    image = run.ROOT / "images" / "torch-ext"
+    image = common.ROOT / "images" / "torch-ext"
     lock = lockfile.loads((image / "envbuild.lock").read_text())
-    argv, _ = run.peer_lock_command(lock, load_request(image), image_dir=image, uv=("uv",))
-    second = run.peer_build_command(lock, argv)
+    argv, _ = lock_bench.peer_lock_command(lock, load_request(image), image_dir=image, uv=("uv",))
+    second = lock_bench.peer_build_command(lock, argv)
     assert second is not None
     build_argv, build_in = second
     toolkit = next(p for p in lock.packages if p.name == "cuda-toolkit")
@@ -212,9 +217,9 @@ def test_lock_peer_pins_a_builder_stage_with_a_second_command() -> None:
     assert "--no-binary" not in build_argv
     assert build_argv[build_argv.index("--output-file") + 1] == "build.txt"
 
-    cpu = run.ROOT / "images" / "torch-cpu"
+    cpu = common.ROOT / "images" / "torch-cpu"
     cpu_lock = lockfile.loads((cpu / "envbuild.lock").read_text())
-    assert run.peer_build_command(cpu_lock, argv) is None
+    assert lock_bench.peer_build_command(cpu_lock, argv) is None
 
 
 def _h200_build_fixture() -> dict[str, Any]:
@@ -238,7 +243,7 @@ def _h200_build_fixture() -> dict[str, Any]:
             "host_check": [{"rc": 0, "seconds": 11.3, "split": {"import_s": 4.1}}],
         },
         "rows": [
-            run.row(
+            common.row(
                 "H200 cold build",
                 [17.0, 18.0, 16.0],
                 [14.0, 13.0, 15.0],
@@ -246,10 +251,12 @@ def _h200_build_fixture() -> dict[str, Any]:
                 note="envbuild: build 0.59 s + smoke 15.80 s",
                 goal=1.0,
             ),
-            run.row(
+            common.row(
                 "H200 warm rebuild", [1.0, 1.2, 1.1], [14.0, 13.0, 15.0], peer_name=peer, goal=1.3
             ),
-            run.row("H200 cold build, tier 1", [7.0, 7.5, 8.0], [14.0, 13.0, 15.0], peer_name=peer),
+            common.row(
+                "H200 cold build, tier 1", [7.0, 7.5, 8.0], [14.0, 13.0, 15.0], peer_name=peer
+            ),
         ],
     }
 
