@@ -241,7 +241,7 @@ def peer_compile_command(
     policy and index order (the lock records the indexes after the framework's index was put
     first; local find-links come from the request, resolved against `image_dir` as the lock
     step does). Only the output differs: requirements.txt with hashes, no preferences. Used by
-    benchmarks/run.py as the peer envbuild's lock is measured against; run argv in a folder
+    benchmarks/lock.py as the peer envbuild's lock is measured against; run argv in a folder
     holding requirements.in. The installer the lock pins (`Lock.installer`) is asked for in
     the same resolution, as `envbuild lock` asks for it."""
     installer = tuple(p.name for p in lock.installer)

@@ -1,7 +1,7 @@
 # The peer of `envbuild image images/torch-cpu` in `make bench`: a typical hand-written
 # Dockerfile for the same thing (same base, the OS's python3-venv, torch at the locked version
 # from the same wheel folder, deps from PyPI), without hashes, constraints, smoke test or
-# non-root user. benchmarks/run.py fills BASE and TORCH_VERSION and builds it with the classic
+# non-root user. benchmarks/build.py fills BASE and TORCH_VERSION and builds it with the classic
 # builder (DOCKER_BUILDKIT=0), as docker-py builds envbuild's Dockerfile.
 ARG BASE
 FROM ${BASE}

@@ -9,14 +9,14 @@ envbuild's Dockerfile), then `docker run --device nvidia.com/gpu=all` (CDI, as e
 container gets its GPU) of that script: the hand-rolled check before trusting an image.
 
 Cold: each round on a base of its own (a LABEL on top: same files, new image id, so no build
-cache holds anything for either side; benchmarks/run.py _fresh_base), who goes first rotating.
+cache holds anything for either side; benchmarks/build.py _fresh_base), who goes first rotating.
 Warm: the last round's base again, nothing changed, interleaved. A third side in each cold
 round, the same request with `[smoke] tier = 1`, shows what the training part of the smoke
 test costs (no goal).
 
 Run by tests/gpu/h200_build_bench.sh once the engine is up (DOCKER_HOST), with the Python that
 holds the machine's torch. Writes $OUT/h200-build-bench.json (samples, medians, ratios, stages,
-machine facts), which benchmarks/run.py puts in RESULTS.md. Settings: BENCH_COLD (rounds,
+machine facts), which benchmarks/h200.py puts in RESULTS.md. Settings: BENCH_COLD (rounds,
 default 3), BENCH_WARM (default 5), BASE_TAG (an existing base to use instead of making one).
 Without a GPU (no nvidia-smi) both sides run on the CPU: a dry run.
 """
@@ -37,8 +37,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from benchmarks.build import _fresh_base
 from benchmarks.common import row
-from benchmarks.run import _fresh_base
 from tests.gpu import h200_image_e2e as e2e
 
 REPO = e2e.REPO

@@ -1,6 +1,6 @@
-"""benchmarks/run.py's pure parts: the report writer, the H200 result reader and the layer
-analysis, fed canned data (no timing is measured or asserted here: benchmarks report, tests
-check behaviour)."""
+"""The pure parts of `make bench` (benchmarks/): the report writer, the H200 result readers and
+the layer analysis, fed canned data (no timing is measured or asserted here: benchmarks report,
+tests check behaviour)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from benchmarks import common, run
+from benchmarks import build as build_bench
+from benchmarks import common
+from benchmarks import h200 as h200_bench
+from benchmarks import layers as layers_bench
 from benchmarks import lock as lock_bench
+from benchmarks import report as report_bench
 from envbuild.matrix import load_matrix
 
 
@@ -46,7 +50,7 @@ def test_row_takes_medians_and_the_ratio_of_medians() -> None:
 
 
 def test_report_has_one_table_row_per_measurement() -> None:
-    text = run.write_report(_canned())
+    text = report_bench.write_report(_canned())
     lines = text.splitlines()
     assert lines[0] == "# envbuild benchmarks"
     assert "- cpus: 2" in lines and "- settings: BENCH_REPEAT=5" in lines
@@ -60,11 +64,11 @@ def test_report_has_one_table_row_per_measurement() -> None:
     assert "**PENDING: no GPU results yet**" in lines
     assert "- Wall time." in lines
     # Deterministic: the same data gives the same text.
-    assert run.write_report(_canned()) == text
+    assert report_bench.write_report(_canned()) == text
 
 
 def test_smoke_results_fractions_come_from_the_matrix_baseline(tmp_path: Path) -> None:
-    assert "pending" in run.smoke_results(tmp_path)
+    assert "pending" in h200_bench.smoke_results(tmp_path)
     report = {
         "ok": True,
         "tier": 2,
@@ -76,7 +80,7 @@ def test_smoke_results_fractions_come_from_the_matrix_baseline(tmp_path: Path) -
         "metrics": {"perf": [{"index": 0, "bf16_tflops": 700.0, "mem_bw_tbs": 4.0}]},
     }
     (tmp_path / "h200-smoke-x.json").write_text(json.dumps(report))
-    section = run.smoke_results(tmp_path)
+    section = h200_bench.smoke_results(tmp_path)
     (only,) = section["runs"]
     assert only["total_s"] == 9.8 and only["ok"] is True and only["checks"] == 1
     base = next(b for b in load_matrix().baselines if b.gpu == only["baseline"]["gpu"])
@@ -85,7 +89,7 @@ def test_smoke_results_fractions_come_from_the_matrix_baseline(tmp_path: Path) -
     assert fig["bf16_tflops_of_baseline"] == 700.0 / base.bf16_tflops
     assert base.datasheet_mem_bw_tbs is not None
     assert fig["mem_bw_tbs_of_datasheet"] == 4.0 / base.datasheet_mem_bw_tbs
-    text = run.write_report({"smoke_h200": section})
+    text = report_bench.write_report({"smoke_h200": section})
     assert "| h200-smoke-x.json | torch | 1 | 2 | PASS on cuda | 1 |" in text
 
 
@@ -100,7 +104,9 @@ def test_layer_analysis_finds_deleted_duplicated_and_cuda_content() -> None:
         {"/opt/venv/lib/libcudnn.so.9": (3 * mib, "cc"), "/opt/copy.so.6": (2 * mib, "aa")},
     ]
     whiteouts: list[list[str]] = [[], [], ["/tmp/wheels"]]
-    out = run._analyse_layers(layers, whiteouts, [2 * mib, 8 * mib, 5 * mib], ["a", "b", "c"], mib)
+    out = layers_bench._analyse_layers(
+        layers, whiteouts, [2 * mib, 8 * mib, 5 * mib], ["a", "b", "c"], mib
+    )
     # The wheel (deleted later) and the first libcudnn (overwritten later) are dead weight.
     assert out["shadowed_bytes"] == 8 * mib
     assert out["cuda_libs_in_several_layers"] == ["libcudnn.so.9"]
@@ -118,29 +124,31 @@ def test_unreachable_index_retries_are_counted_per_index() -> None:
         "or service not known')': /whl/cpu/{}/"
     )
     log = "\n".join([line.format("torch"), line.format("sympy"), "Collecting torch", ""])
-    assert run._unreachable_retries(log) == {"/whl/cpu/": 2}
-    assert run._unreachable_retries("Successfully installed torch\n") == {}
+    assert build_bench._unreachable_retries(log) == {"/whl/cpu/": 2}
+    assert build_bench._unreachable_retries("Successfully installed torch\n") == {}
 
 
 def test_history_entries_read_as_the_dockerfile_wrote_them() -> None:
-    assert run._step_text("|1 DEBIAN_FRONTEND=noninteractive /bin/bash -o pipefail -c pip x") == (
-        "pip x"
+    assert (
+        layers_bench._step_text("|1 DEBIAN_FRONTEND=noninteractive /bin/bash -o pipefail -c pip x")
+        == "pip x"
     )
     assert (
-        run._step_text("/bin/sh -c #(nop) COPY dir:abc in /wheels/") == "COPY dir:abc in /wheels/"
+        layers_bench._step_text("/bin/sh -c #(nop) COPY dir:abc in /wheels/")
+        == "COPY dir:abc in /wheels/"
     )
 
 
 def test_layer_analysis_names_each_layers_largest_file() -> None:
     mib = 1 << 20
     layers = [{"/a": (mib, ""), "/b": (3 * mib, "")}, {}]
-    out = run._analyse_layers(layers, [[], []], [4 * mib, 0], ["x", "y"], 1 << 30)
+    out = layers_bench._analyse_layers(layers, [[], []], [4 * mib, 0], ["x", "y"], 1 << 30)
     assert [layer["largest"] for layer in out["layers"]] == ["/b (3.1 MB)", ""]
 
 
 def test_context_digests_are_shortened_for_readers() -> None:
     step = "COPY dir:" + "ab" * 32 + " in /tmp/envbuild-wheels/"
-    assert run._short(step) == "COPY dir:abababababab in /tmp/envbuild-wheels/"
+    assert layers_bench._short(step) == "COPY dir:abababababab in /tmp/envbuild-wheels/"
 
 
 def test_goals_table_sets_each_ratio_beside_its_goal() -> None:
@@ -151,7 +159,7 @@ def test_goals_table_sets_each_ratio_beside_its_goal() -> None:
         common.row("`envbuild resolve`", [0.12], [0.05], peer_name="click", goal=2.0),
         common.row("`python -c pass`", [0.01]),
     ]
-    lines = run.write_report(data).splitlines()
+    lines = report_bench.write_report(data).splitlines()
     start = lines.index("## Speed goals")
     end = lines.index("## 1. CLI start", start)
     table = [ln for ln in lines[start:end] if ln.startswith("| `")]
@@ -262,19 +270,19 @@ def _h200_build_fixture() -> dict[str, Any]:
 
 
 def test_h200_build_result_is_pending_until_committed(tmp_path: Path) -> None:
-    section = run.h200_build_results(tmp_path)
+    section = h200_bench.h200_build_results(tmp_path)
     assert section["pending"].startswith("PENDING: no benchmarks/results/h200-build-bench.json")
     data = {**_canned(), "h200_build": section}
-    lines = run.write_report(data).splitlines()
+    lines = report_bench.write_report(data).splitlines()
     assert f"**{section['pending']}**" in lines
     assert "## Speed goals" not in lines  # nothing measured, no goal row
 
 
 def test_h200_build_rows_sit_beside_their_goals(tmp_path: Path) -> None:
     (tmp_path / "h200-build-bench.json").write_text(json.dumps(_h200_build_fixture()))
-    section = run.h200_build_results(tmp_path)
+    section = h200_bench.h200_build_results(tmp_path)
     data = {**_canned(), "h200_build": section}
-    lines = run.write_report(data).splitlines()
+    lines = report_bench.write_report(data).splitlines()
     start = lines.index("## Speed goals")
     goals = [ln for ln in lines[start:] if ln.startswith("| H200")][:2]
     assert goals == [
@@ -300,11 +308,13 @@ def test_h200_build_rows_sit_beside_their_goals(tmp_path: Path) -> None:
 
 def test_a_broken_h200_build_file_is_reported_not_raised(tmp_path: Path) -> None:
     (tmp_path / "h200-build-bench.json").write_text("{not json")
-    section = run.h200_build_results(tmp_path)
+    section = h200_bench.h200_build_results(tmp_path)
     assert section["rows"] == [] and "h200-build-bench.json unreadable" in section["error"]
     doc = {**_h200_build_fixture(), "ok": False, "error": "RuntimeError: peer check exited 1"}
     (tmp_path / "h200-build-bench.json").write_text(json.dumps(doc))
-    text = run.write_report({**_canned(), "h200_build": run.h200_build_results(tmp_path)})
+    text = report_bench.write_report(
+        {**_canned(), "h200_build": h200_bench.h200_build_results(tmp_path)}
+    )
     assert "**FAILED:**" in text and "RuntimeError: peer check exited 1" in text
 
 
@@ -316,8 +326,8 @@ def test_h200_cold_gap_splits_the_difference_by_stage() -> None:
         },
         "peer_cold": {"wall_s": 14.0, "build_s": 0.05, "run_s": 13.9},
     }
-    text = run._h200_cold_gap(stages)
+    text = h200_bench._h200_cold_gap(stages)
     assert text.startswith("Where the cold difference (+3.6 s) goes, medians: ")
     assert "own steps (build, tag and the rest) 1.9 s against the peer's build 50 ms" in text
     assert "tier 1 0.3 s and its tier 2 checks beyond training" in text and "1.3 s have" in text
-    assert run._h200_cold_gap({"peer_cold": stages["peer_cold"]}) == ""
+    assert h200_bench._h200_cold_gap({"peer_cold": stages["peer_cold"]}) == ""

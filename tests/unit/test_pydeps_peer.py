@@ -1,4 +1,4 @@
-"""`pydeps.peer_compile_command`: the plain `uv pip compile` benchmarks/run.py measures envbuild's
+"""`pydeps.peer_compile_command`: the plain `uv pip compile` benchmarks/lock.py measures envbuild's
 lock against must ask uv exactly what `envbuild lock` asked it (same requirements, Python,
 platform, index order, find-links), or the comparison is between different jobs."""
 
