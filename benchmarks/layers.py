@@ -225,30 +225,10 @@ def measure_sizes(out: Section, tags: tuple[str, str, str], peer_name: str) -> N
                 f"(envbuild) / {p['venv_bytes'] / 1e6:.0f} MB (peer)",
             )
         )
-    rows.append(
-        row(
-            "bytes in layers a later layer deletes or overwrites",
-            e["layers"]["shadowed_bytes"] / 1e6,
-            p["layers"]["shadowed_bytes"] / 1e6,
-            peer_name=peer_name,
-            unit="MB",
-        )
-    )
-    rows.append(
-        row(
-            "wheel files shipped in the image's layers (deleted later or not)",
-            e["layers"]["wheel_bytes"] / 1e6,
-            p["layers"]["wheel_bytes"] / 1e6,
-            peer_name=peer_name,
-            unit="MB",
-        )
-    )
-    rows.append(
-        row(
-            "identical files (>= 1 MiB) in two layers, extra copies",
-            e["layers"]["duplicate_bytes"] / 1e6,
-            p["layers"]["duplicate_bytes"] / 1e6,
-            peer_name=peer_name,
-            unit="MB",
-        )
-    )
+    for what, key in (
+        ("bytes in layers a later layer deletes or overwrites", "shadowed_bytes"),
+        ("wheel files shipped in the image's layers (deleted later or not)", "wheel_bytes"),
+        ("identical files (>= 1 MiB) in two layers, extra copies", "duplicate_bytes"),
+    ):
+        ours, theirs = e["layers"][key] / 1e6, p["layers"][key] / 1e6
+        rows.append(row(what, ours, theirs, peer_name=peer_name, unit="MB"))
