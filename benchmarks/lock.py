@@ -54,10 +54,17 @@ def peer_lock_command(
     the same flag, with the dependencies it read from the sdist as uv's `dependency-metadata`
     (`envbuild/app/source_lock.py`)."""
     from envbuild import pydeps
+    from envbuild.app import project_lock
 
     argv, requirements = pydeps.peer_compile_command(lock, request, image_dir=image_dir, uv=uv)
     for name in sorted(p.name for p in lock.packages if p.sdist):
         argv += ["--no-binary", name]
+    # A project's own files ([packages] files: images/torch-project's pyproject.toml with its
+    # extras, and the build backend its install needs): the same lines envbuild reads from
+    # them and hands uv, so both resolve the same set.
+    project = project_lock.read_inputs(image_dir, request)
+    if project is not None:
+        requirements += "".join(f"{line}\n" for line in project.lines)
     return argv, requirements
 
 

@@ -331,3 +331,19 @@ def test_h200_cold_gap_splits_the_difference_by_stage() -> None:
     assert "own steps (build, tag and the rest) 1.9 s against the peer's build 50 ms" in text
     assert "tier 1 0.3 s and its tier 2 checks beyond training" in text and "1.3 s have" in text
     assert h200_bench._h200_cold_gap({"peer_cold": stages["peer_cold"]}) == ""
+
+
+def test_lock_peer_resolves_a_projects_own_requirements_too() -> None:
+    # images/torch-project's requirements come from its pyproject.toml ([packages] files,
+    # extras, and the build backend its install needs): the peer asks uv for the same lines.
+    from envbuild import lockfile
+    from envbuild.app import project_lock
+    from envbuild.request import load_request
+
+    image = common.ROOT / "images" / "torch-project"
+    lock = lockfile.loads((image / "envbuild.lock").read_text())
+    request = load_request(image)
+    _, requirements = lock_bench.peer_lock_command(lock, request, image_dir=image, uv=("uv",))
+    project = project_lock.read_inputs(image, request)
+    assert project is not None and "hatchling>=1.18" in project.lines
+    assert requirements.splitlines()[-len(project.lines) :] == list(project.lines)
