@@ -219,16 +219,14 @@ class Started:
             self.close()
             raise
 
-    def same(
-        self, argv: Sequence[str], files: Mapping[str, str], env: Mapping[str, str], cwd: str
-    ) -> bool:
-        """Is (argv, files, env) the command this runs, reading the same local files, none
-        of them changed since it started? (uv may have read a file before it changed: the
-        hash it reports would then be remembered for the new bytes, envbuild.wheelhashes.)"""
-        if self.argv != list(argv) or self.files != dict(files) or self.env != dict(env):
+    def same(self, call: Mapping[str, Any], env: Mapping[str, str]) -> bool:
+        """Is `call` (argv, files, watch as the runner records them) with `env` the command
+        this runs, reading the same local files, none of them changed since it started? (uv
+        may have read a file before it changed: the hash it reports would then be remembered
+        for the new bytes, envbuild.wheelhashes.)"""
+        if (call["argv"], call["files"], dict(env)) != (self.argv, self.files, self.env):
             return False
-        watch = local_files(specific(argv, cwd))
-        return watch == self.watch and identities(watch) == self.wheels
+        return call["watch"] == self.watch and identities(self.watch) == self.wheels
 
     def finish(self, into: str | Path) -> tuple[int, str, str]:
         """Wait for uv, copy what it wrote into `into`; (returncode, stdout, stderr)."""
@@ -302,11 +300,13 @@ class HeadStart:
         once one is not, the rest started ahead are killed and `fallback` runs them all."""
 
         def run(argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> RunResult:
-            command, files = generic(argv, cwd), read_folder(cwd)
+            if not self.key:  # idle: nothing started, nothing to keep
+                return fallback(argv, cwd, env)
             i = len(self._calls)
-            watch = local_files(argv)
-            self._calls.append({"argv": command, "files": files, "watch": watch})
-            result = self._take(i, command, files, env, cwd)
+            call = {"argv": generic(argv, cwd), "files": read_folder(cwd)}
+            call["watch"] = local_files(argv)
+            self._calls.append(call)
+            result = self._take(i, call, env, cwd)
             if result is None:
                 self.close(i)
                 result = fallback(argv, cwd, env)
@@ -315,7 +315,7 @@ class HeadStart:
         return run
 
     def _take(
-        self, i: int, argv: list[str], files: Mapping[str, str], env: Mapping[str, str], cwd: Path
+        self, i: int, call: Mapping[str, Any], env: Mapping[str, str], cwd: Path
     ) -> RunResult | None:
         from envbuild.pydeps import RunResult
 
@@ -324,7 +324,7 @@ class HeadStart:
             return None
         self.started[i] = None
         try:
-            if not started.same(argv, files, env, os.fspath(cwd)):
+            if not started.same(call, env):
                 return None
             self.taken += 1
             return RunResult(*started.finish(cwd))
