@@ -118,8 +118,9 @@ def read_folder(folder: str | Path) -> dict[str, str]:
     return out
 
 
-def find_link_folders(argv: Sequence[str]) -> list[str]:
-    """The `--find-links` values of `argv`: uv reads the wheels of the local folders."""
+def find_links(argv: Sequence[str]) -> list[str]:
+    """The `--find-links` values of `argv`: local folders, links pages (in uv's folder) or
+    URLs."""
     return [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--find-links"]
 
 
@@ -161,7 +162,7 @@ def local_files(argv: Sequence[str]) -> list[str]:
     from urllib.parse import unquote
 
     out: set[str] = set()
-    for link in find_link_folders(argv):
+    for link in find_links(argv):
         if os.path.isdir(link):
             with contextlib.suppress(OSError), os.scandir(link) as it:
                 out.update(e.path for e in it if e.is_file())
@@ -371,7 +372,9 @@ def begin(
 def lock_options(
     upgrade: bool, offline: bool, upgrade_packages: Sequence[str], environ: Mapping[str, str]
 ) -> list[str]:
-    """The flags a kept command is for (`record_key`), as the lock command reads them."""
+    """The flags a kept command is for (`record_key`), as the lock command reads them. The
+    overlay variable is envbuild/matrix/load.py's OVERLAY_ENV, named here: that module's
+    import would come before the start."""
     overlay = environ.get("ENVBUILD_MATRIX_OVERLAY", "")
     return [f"upgrade={upgrade}", f"offline={offline}", f"overlay={overlay}", *upgrade_packages]
 
