@@ -166,7 +166,7 @@ class _Builds:
 def _prepare(tmp: Path, tags: tuple[str, str, str], wheels: Path, ca_cert: Path) -> _Builds:
     """A copy of images/torch-cpu and the peer's build context (its Dockerfile, the CA
     certificate and the same wheelhouse), under `tmp`."""
-    from envbuild import lockfile
+    from envbuild.lock import format as lockfile
 
     image_dir = tmp / "torch-cpu"
     shutil.copytree(ROOT / "images" / "torch-cpu", image_dir)

@@ -55,6 +55,6 @@ def bench_cli_start(repeat: int) -> Section:
             "envbuild's modules are byte-compiled first (as a pip install leaves them) and the "
             "user cache is warm (one untimed round): the compiled matrix "
             "(`envbuild/matrix/load.py`, rebuilt when a matrix file or overlay changes) and "
-            "the compiled dataclass methods (`envbuild/codecache.py`).",
+            "the compiled dataclass methods (`envbuild/core/usercache.py`).",
         ],
     }

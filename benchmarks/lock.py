@@ -52,9 +52,9 @@ def peer_lock_command(
     `--only-binary :all:` does not refuse the package (uv honours `--no-binary NAME` after it,
     as pip does); uv reads the sdist's static metadata, so nothing is built. envbuild passes
     the same flag, with the dependencies it read from the sdist as uv's `dependency-metadata`
-    (`envbuild/app/source_lock.py`)."""
-    from envbuild import pydeps
-    from envbuild.app import project_lock
+    (`envbuild/app/lock_source.py`)."""
+    from envbuild.app import lock_project as project_lock
+    from envbuild.lock import pins as pydeps
 
     argv, requirements = pydeps.peer_compile_command(lock, request, image_dir=image_dir, uv=uv)
     for name in sorted(p.name for p in lock.packages if p.sdist):
@@ -72,10 +72,10 @@ def peer_build_command(lock: Any, argv: Sequence[str]) -> tuple[list[str], str] 
     """(argv, build.in text) of the peer's second command for a lock with a builder stage
     (images/torch-ext): what a user who wants that stage's pins too runs by hand after the
     first, with the same options. It pins the toolchain (NVIDIA's toolkit wheels, as
-    `envbuild.extensions.toolchain_requirements` words them) and the sdists' build
+    `envbuild.cuda.extensions.toolchain_requirements` words them) and the sdists' build
     requirements against the first command's output (`--constraint requirements.txt`), as
     `envbuild lock` pins its [build] packages against the image's own pins. None without one."""
-    from envbuild import extensions
+    from envbuild.cuda import extensions
 
     build = lock.build
     if build is None:
@@ -161,8 +161,9 @@ class LockPair:
 def _prepare(name: str, work: Path) -> tuple[LockPair, float]:
     """The example copied, locked once from cold (the lock the peer's commands come from: a
     committed lock may be stale against today's matrix); (pair, that first lock's time)."""
-    from envbuild import lockfile, uvenv
-    from envbuild.request import load_request
+    from envbuild.lock import format as lockfile
+    from envbuild.lock import uvenv
+    from envbuild.request.parse import load_request
 
     image_dir = work / name
     shutil.copytree(ROOT / "images" / name, image_dir)
@@ -261,7 +262,7 @@ def _rows(name: str, m: dict[str, Any]) -> list[Row]:
 
 
 def bench_lock_one(name: str, work: Path, repeat: int, cold_repeat: int) -> tuple[list[Row], str]:
-    from envbuild import lockfile
+    from envbuild.lock import format as lockfile
 
     pair, first = _prepare(name, work)
     measured = _measure(pair, repeat, cold_repeat, first)
@@ -287,7 +288,7 @@ def bench_lock_one(name: str, work: Path, repeat: int, cold_repeat: int) -> tupl
 
 
 ARGV_NOTE = (
-    "Peer command: `envbuild.pydeps.peer_compile_command` (the lock's requirements, "
+    "Peer command: `envbuild.lock.pins.peer_compile_command` (the lock's requirements, "
     "`--python-version`, `--python-platform <arch>-manylinux_2_28`, `--only-binary :all:`, "
     "the same index order and find-links; output requirements.txt), with `--no-binary NAME` "
     "for a package the lock takes from its sdist (`peer_lock_command`: torch-ext's "
@@ -297,7 +298,7 @@ ARGV_NOTE = (
     "image digest look-up (no lock yet) and writing the lock; `--check` reads no network."
 )
 AHEAD_NOTE = (
-    "How envbuild keeps within its goal (envbuild/headstart.py): the uv commands the last "
+    "How envbuild keeps within its goal (envbuild/lock/headstart.py): the uv commands the last "
     "lock of the folder ran, with the same flags and unchanged files, start before the "
     "command line is even read, all at once, and each result is taken only when the command "
     "then built is byte-identical; and uv is told the interpreter (`--python`) instead of "
@@ -309,7 +310,7 @@ AHEAD_NOTE = (
 )
 CACHE_NOTE = (
     "Cold means uv's cache is empty; envbuild's own user cache (compiled matrix, dataclass "
-    "code, the sha256 of local wheelhouse files, `envbuild/wheelhashes.py`) is the user's "
+    "code, the sha256 of local wheelhouse files, `envbuild/lock/wheelhashes.py`) is the user's "
     "and warm. That remembered hash is why torch-cpu's and torch-project's cold locks beat "
     "a cold uv: given a links page with the hash, uv reads only the 192 MB torch wheel's "
     "metadata; given the folder, it takes the whole file into its cache."

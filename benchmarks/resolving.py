@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING
 from benchmarks.common import Section, interleaved, row
 
 if TYPE_CHECKING:
+    from envbuild.core.models import Host, Request
     from envbuild.matrix.rows import Matrix
-    from envbuild.models import Host, Request
 
 
 def _branches(drivers: Sequence[str]) -> list[str]:
     """One driver per branch (the major number): the newest release of it the matrix names."""
-    from envbuild.versions import parse_version
+    from envbuild.core.versions import parse_version
 
     best: dict[str, str] = {}
     for d in drivers:
@@ -33,8 +33,8 @@ def _branches(drivers: Sequence[str]) -> list[str]:
 def _fleet(matrix: Matrix) -> list[Host]:
     """A mixed fleet: data-centre and workstation GPUs from Volta to Blackwell, drivers of every
     branch from 570 up (fixed seed: the same fleet every run)."""
-    from envbuild.errors import UserError
-    from envbuild.models import Host, HostGpu, Request, Targets
+    from envbuild.core.errors import UserError
+    from envbuild.core.models import Host, HostGpu, Request, Targets
     from envbuild.resolver import resolve
 
     rng = random.Random(8)
@@ -68,7 +68,7 @@ def _fleet(matrix: Matrix) -> list[Host]:
 def _sweep(matrix: Matrix, branches: Sequence[str]) -> tuple[list[Request], int, float]:
     """The whole matrix swept once, every framework release x GPU architecture x driver
     branch: the requests, how many of them found a stack, and the seconds the pass took."""
-    from envbuild.models import Request, Targets, Unsatisfiable
+    from envbuild.core.models import Request, Targets, Unsatisfiable
     from envbuild.resolver import resolve
 
     sweep = [
@@ -89,8 +89,8 @@ def _sweep(matrix: Matrix, branches: Sequence[str]) -> tuple[list[Request], int,
 
 
 def bench_resolve(repeat: int) -> Section:
+    from envbuild.core.models import Request, Targets, Unsatisfiable
     from envbuild.matrix import load_matrix
-    from envbuild.models import Request, Targets, Unsatisfiable
     from envbuild.resolver import resolve
 
     t0 = time.perf_counter()

@@ -16,7 +16,7 @@ from hypothesis import settings
 # envbuild's user cache (compiled matrix, dataclass code) goes to a folder of this run, not
 # the developer's ~/.cache: child processes (CLI tests) inherit it.
 os.environ.setdefault("ENVBUILD_CACHE_DIR", tempfile.mkdtemp(prefix="envbuild-test-cache-"))
-# uv is not started ahead of `envbuild lock` (envbuild/headstart.py) in tests that fake it: a
+# uv is not started ahead of `envbuild lock` (envbuild/lock/headstart.py) in tests that fake it: a
 # kept command would start the real uv beside the fake. tests/unit/test_headstart.py turns
 # it on where it is what is tested.
 os.environ.setdefault("ENVBUILD_NO_HEADSTART", "1")

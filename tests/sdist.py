@@ -49,7 +49,7 @@ def _files(src: Path) -> list[Path]:
 
 def make_sdist(src: Path) -> tuple[str, bytes]:
     """(file name, bytes) of the sdist of `src` (a folder holding pyproject.toml)."""
-    from envbuild.request import toml_loads
+    from envbuild.request.parse import toml_loads
 
     project = toml_loads((src / "pyproject.toml").read_text())["project"]
     name = str(project["name"]).replace("-", "_")

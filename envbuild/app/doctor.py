@@ -1,17 +1,17 @@
 """The `envbuild doctor` use case: probe this host (or read recorded facts), check it, and
-tell which locks in reach would run here. The findings are `envbuild.doctor`'s.
+tell which locks in reach would run here. The findings are `envbuild.preflight.doctor`'s.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from envbuild import doctor as rules_of_doctor
 from envbuild import matrix as matrix_data
 from envbuild.app import inputs
-from envbuild.archs import ArchRules
-from envbuild.errors import EnvbuildError
-from envbuild.models import Lock
+from envbuild.core.errors import EnvbuildError
+from envbuild.core.models import Lock
+from envbuild.cuda.archs import ArchRules
+from envbuild.preflight import doctor as rules_of_doctor
 
 
 def doctor(

@@ -1,5 +1,5 @@
 """The `envbuild image` use case: fresh lock -> build context -> build -> smoke in the
-container -> tag only on pass (`envbuild.build` does the engine part over any engine).
+container -> tag only on pass (`envbuild.build.pipeline` does the engine part over any engine).
 
 Never re-resolves: a stale lock stops here with the command to run (StaleLockError). Raises
 GpuUnavailableError (7) before building when a GPU image cannot get a GPU, BuildError (5) /
@@ -19,9 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from envbuild import matrix as matrix_data
-from envbuild import smoke
 from envbuild.app import inputs
-from envbuild.build import (
+from envbuild.build.pipeline import (
     ImageJob,
     ImageOutcome,
     Judge,
@@ -30,14 +29,14 @@ from envbuild.build import (
     default_tag,
     shm_mib_for,
 )
-from envbuild.engine import ContainerEngine, RunResult
-from envbuild.errors import EnvbuildError, RegistryError, UserError
-from envbuild.gpu_attach import GpuChoice
-from envbuild.lockfile import lock_sha256
-from envbuild.models import Lock
+from envbuild.core.errors import EnvbuildError, RegistryError, UserError
+from envbuild.core.models import Lock
+from envbuild.engine.protocol import ContainerEngine, RunResult
+from envbuild.engine.registry import split_tag
+from envbuild.host.gpu_attach import GpuChoice
+from envbuild.lock.format import lock_sha256
 from envbuild.payload.smoke_checks import SmokePlan
-from envbuild.registry import split_tag
-from envbuild.render import (
+from envbuild.render.dockerfile import (
     CA_CONTEXT_PATH,
     CA_SECRET_ID,
     BuildInputs,
@@ -45,6 +44,7 @@ from envbuild.render import (
     render_options,
     wheel_paths,
 )
+from envbuild.smoke import plan as smoke
 
 # docker/distribution reference grammar (reference/regexp.go), simplified to one expression:
 # [host[:port]/]path-component(/path-component)*[:tag]; lowercase path; tag <= 128 chars.
@@ -80,7 +80,7 @@ class ImageRequest:
     resmoke: bool = False
     """Run the smoke test even when this image id already passed it on this host."""
     record_passes: bool = True
-    """Look up and record smoke passes (`envbuild.smokepass`); False: neither."""
+    """Look up and record smoke passes (`envbuild.build.passes`); False: neither."""
 
 
 def build_image(
@@ -105,7 +105,7 @@ def build_image(
         matrix_overlay=matrix_overlay,
     )
     if engine is None:
-        from envbuild.buildx_engine import BuildxOptions
+        from envbuild.engine.buildx import BuildxOptions
 
         buildx = BuildxOptions(
             cache_from=request.cache_from,
@@ -187,10 +187,10 @@ def context_key(engine: ContainerEngine, job: ImageJob) -> str:
 
 
 def pass_store(engine: ContainerEngine, job: ImageJob, request: ImageRequest) -> PassStore:
-    """This host's smoke passes for this run's settings (`envbuild.smokepass`)."""
+    """This host's smoke passes for this run's settings (`envbuild.build.passes`)."""
     import os
 
-    from envbuild import smokepass
+    from envbuild.build import passes as smokepass
 
     if request.engine == "podman":
         address = inputs.podman_socket()

@@ -9,14 +9,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from envbuild import matrix as matrix_data
-from envbuild.engine import ContainerEngine
-from envbuild.errors import UserError
-from envbuild.lockfile import check_fresh, loads, lock_path, read_lock_text
-from envbuild.models import Lock, Request
-from envbuild.request import load_request
+from envbuild.core.errors import UserError
+from envbuild.core.models import Lock, Request
+from envbuild.engine.protocol import ContainerEngine
+from envbuild.lock.format import check_fresh, loads, lock_path, read_lock_text
+from envbuild.request.parse import load_request
 
 if TYPE_CHECKING:
-    from envbuild.buildx_engine import BuildxOptions
+    from envbuild.engine.buildx import BuildxOptions
 
 
 def load_fresh_text(
@@ -46,7 +46,7 @@ def project_files(image_dir: Path, request: Request) -> tuple[tuple[str, str], .
     installs = request.project is not None and request.project.install
     if not request.dependency_files.files and not installs:
         return ()
-    from envbuild import projectdeps
+    from envbuild.lock import projectdeps
 
     return projectdeps.input_files(image_dir, request)
 
@@ -81,7 +81,9 @@ def locks_in_reach(root: Path) -> list[tuple[str, Path]]:
 def host_facts(facts_file: Path | None) -> dict[str, Any]:
     """This host's facts: from a recorded file (ENVBUILD_HOST_FACTS, one host) when given,
     else probed through NVML."""
-    from envbuild import hostinfo  # NVML, sockets, the engine's API: only for host facts
+    from envbuild.host import (
+        probe as hostinfo,  # NVML, sockets, the engine's API: only for host facts
+    )
 
     if facts_file is None:
         return hostinfo.probe_facts()
@@ -117,7 +119,7 @@ def make_engine(
 
     Imported here, not at the top: only the engine modules import docker, and only the use
     cases that start containers load them."""
-    from envbuild.docker_engine import DockerEngine
+    from envbuild.engine.docker import DockerEngine
 
     if engine not in ENGINES:
         raise UserError(f"unknown engine {engine!r}", hint=f"pick one of {', '.join(ENGINES)}")
@@ -129,7 +131,7 @@ def make_engine(
             )
         return DockerEngine(base_url=podman_socket())
     if buildkit:
-        from envbuild.buildx_engine import BuildxEngine
+        from envbuild.engine.buildx import BuildxEngine
 
         return BuildxEngine(options=buildx)
     return DockerEngine()

@@ -3,7 +3,7 @@ when it changed; and `lock --check`, which verifies a lock without network.
 
 Without --upgrade, previous picks that still satisfy the request are kept: the framework
 version (resolved again pinned to it) and every Python package (uv preferences). The lock
-format itself (dumps/loads/hashes/freshness) is `envbuild.lockfile`.
+format itself (dumps/loads/hashes/freshness) is `envbuild.lock.format`.
 """
 
 from __future__ import annotations
@@ -25,14 +25,27 @@ from packaging.utils import (
 )
 
 from envbuild import matrix as matrix_data
-from envbuild import pydeps, resolver
-from envbuild.app import inputs, project_lock, source_lock
-from envbuild.archs import ArchRules, cc_tuple, coverage
-from envbuild.cudawheels import cuda_libs
-from envbuild.errors import LockError, MatrixError, PinError, UnsatisfiableError, UserError
-from envbuild.fsio import write_if_changed
-from envbuild.locations import is_direct_url, is_remote, local_path, resolve_local
-from envbuild.lockfile import (
+from envbuild import resolver
+from envbuild.app import inputs
+from envbuild.app import lock_project as project_lock
+from envbuild.app import lock_source as source_lock
+from envbuild.core.errors import LockError, MatrixError, PinError, UnsatisfiableError, UserError
+from envbuild.core.fsio import write_if_changed
+from envbuild.core.locations import is_direct_url, is_remote, local_path, resolve_local
+from envbuild.core.models import (
+    LOCK_SCHEMA_VERSION,
+    ExtensionBuild,
+    Lock,
+    LockedPackage,
+    Request,
+    Stack,
+    Unsatisfiable,
+)
+from envbuild.core.versions import major_minor
+from envbuild.cuda.archs import ArchRules, cc_tuple, coverage
+from envbuild.cuda.wheels import cuda_libs
+from envbuild.lock import pins as pydeps
+from envbuild.lock.format import (
     body_edited,
     check_fresh,
     check_schema,
@@ -46,21 +59,11 @@ from envbuild.lockfile import (
     schema_version_of,
 )
 from envbuild.matrix import Matrix
-from envbuild.models import (
-    LOCK_SCHEMA_VERSION,
-    ExtensionBuild,
-    Lock,
-    LockedPackage,
-    Request,
-    Stack,
-    Unsatisfiable,
-)
-from envbuild.request import load_request, request_hash
-from envbuild.versions import major_minor
+from envbuild.request.parse import load_request, request_hash
 
 if TYPE_CHECKING:  # the project readers load only for requests with project files
-    from envbuild.engine import ContainerEngine
-    from envbuild.projectdeps import ProjectInputs
+    from envbuild.engine.protocol import ContainerEngine
+    from envbuild.lock.projectdeps import ProjectInputs
 
 DigestLookup = Callable[[str], "str | None"]
 
@@ -89,7 +92,7 @@ def lock(
 ) -> LockOutcome:
     """`envbuild lock DIR`: write `DIR/envbuild.lock` (only when it changes); with `check`,
     verify it without network (StaleLockError, exit 1, when missing/stale/edited). `runner`
-    runs uv (`envbuild.headstart` passes one that may have started it already)."""
+    runs uv (`envbuild.lock.headstart` passes one that may have started it already)."""
     if check:
         return check_image(image_dir, matrix_overlay=matrix_overlay)
     return lock_image(
@@ -211,8 +214,8 @@ def _lock_base(
     runner: Any,
     engine: ContainerEngine | None,
 ) -> LockOutcome:
-    """A framework base: its facts come from the image itself (envbuild.app.base_lock)."""
-    from envbuild.app.base_lock import lock_framework_base
+    """A framework base: its facts come from the image itself (envbuild.app.lock_base)."""
+    from envbuild.app.lock_base import lock_framework_base
 
     lock, text, notes, tool, written = lock_framework_base(
         image_dir,
@@ -394,7 +397,7 @@ def _pin_with_project(
     runner: Any,
 ) -> source_lock.SourcePins:
     """The pins, with the project's requirement lines and constraints added; a conflict they
-    cause is worded as the project's (envbuild.app.project_lock). A requirement that only
+    cause is worded as the project's (envbuild.app.lock_project). A requirement that only
     has an sdist is locked from it where the request compiles extensions (source_lock)."""
     if project is not None:
         pin = dataclasses.replace(
@@ -634,7 +637,7 @@ def _base_digest(
     stack: Stack, previous: Lock | None, offline: bool, digest_lookup: DigestLookup | None
 ) -> tuple[str | None, list[str]]:
     """The base image digest: the locked one for the same ref, else the registry's."""
-    from envbuild import registry
+    from envbuild.engine import registry
 
     ref = stack.base_image.ref
     digest = registry.lock_digest(

@@ -10,18 +10,19 @@ import datetime
 from collections.abc import Sequence
 from pathlib import Path
 
-from envbuild import pypi, refresh
-from envbuild.errors import MatrixError, SourceUnreachableError
-from envbuild.fsio import write_atomic
+from envbuild.core.errors import MatrixError, SourceUnreachableError
+from envbuild.core.fsio import write_atomic
+from envbuild.core.resources import matrix_dir as default_matrix_dir
 from envbuild.matrix import (
     Matrix,
     MatrixReport,
     check_files,
     collect,
     read_matrix_files,
+    refresh,
     sources_from,
 )
-from envbuild.resources import matrix_dir as default_matrix_dir
+from envbuild.matrix.refresh import pypi
 
 
 def check(*, overlay: Path | None = None) -> MatrixReport:

@@ -8,10 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from envbuild import matrix as matrix_data
-from envbuild import render as rendering
 from envbuild.app import inputs
-from envbuild.errors import UserError
-from envbuild.fsio import is_own_folder, replace_folder, write_atomic
+from envbuild.core.errors import UserError
+from envbuild.core.fsio import is_own_folder, replace_folder, write_atomic
+from envbuild.render import dockerfile as rendering
 
 
 def render(

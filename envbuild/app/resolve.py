@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING
 
 from envbuild import matrix as matrix_data
 from envbuild import resolver
-from envbuild.errors import NoGpuError
+from envbuild.core.errors import NoGpuError
+from envbuild.core.models import Host, Stack, Unsatisfiable
 from envbuild.matrix import Matrix
-from envbuild.models import Host, Stack, Unsatisfiable
-from envbuild.request import request_from_flags
+from envbuild.request.parse import request_from_flags
 
 if TYPE_CHECKING:
     from pathlib import Path  # annotations only: a resolve without --hosts never imports it
@@ -45,7 +45,9 @@ def resolve(
     """
     all_hosts = list(hosts)
     if hosts_files or host:
-        from envbuild import hostinfo  # probing and facts files only (its imports are many)
+        from envbuild.host import (
+            probe as hostinfo,  # probing and facts files only (its imports are many)
+        )
     for path in hosts_files:
         all_hosts.extend(hostinfo.host_from_facts(f) for f in hostinfo.load_facts_file(path))
     if host:
@@ -69,7 +71,7 @@ def resolve(
 
 
 def _this_host() -> Host:
-    from envbuild import hostinfo
+    from envbuild.host import probe as hostinfo
 
     try:
         return hostinfo.probe_host()

@@ -13,17 +13,17 @@ import tempfile
 from pathlib import Path
 
 from envbuild import matrix as matrix_data
-from envbuild import smoke
 from envbuild.app import inputs
-from envbuild.build import shm_mib_for
-from envbuild.documents import DocumentError, json_loads
-from envbuild.engine import ContainerEngine, RunResult
-from envbuild.errors import SmokeFailed, UserError
-from envbuild.fsio import read_input
-from envbuild.gpu_attach import Attachment
-from envbuild.models import Lock
+from envbuild.build.pipeline import shm_mib_for
+from envbuild.core.documents import DocumentError, json_loads
+from envbuild.core.errors import SmokeFailed, UserError
+from envbuild.core.fsio import read_input
+from envbuild.core.models import Lock
+from envbuild.core.resources import payload_dir
+from envbuild.engine.protocol import ContainerEngine, RunResult
+from envbuild.host.gpu_attach import Attachment
 from envbuild.payload.smoke_checks import REPORT_MARKER, SmokePlan
-from envbuild.resources import payload_dir
+from envbuild.smoke import plan as smoke
 
 
 def run(

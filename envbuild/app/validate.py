@@ -1,6 +1,6 @@
 """The `envbuild validate` use cases: one image or folder against this host (pre-flight, then
 its smoke payload here), or the locks in reach against a file of recorded hosts (a fleet
-view, optionally a Kubernetes Job and JUnit XML). The decisions are `envbuild.validate`'s.
+view, optionally a Kubernetes Job and JUnit XML). The decisions are `envbuild.preflight.validate`'s.
 """
 
 from __future__ import annotations
@@ -9,24 +9,25 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from envbuild import doctor as rules_of_doctor
 from envbuild import matrix as matrix_data
-from envbuild import reports, smoke
-from envbuild import validate as rules_of_validate
 from envbuild.app import inputs
 from envbuild.app.image import needs_gpu
 from envbuild.app.smoke import run_in_image
-from envbuild.build import LOCK_LABEL, shm_mib_for
-from envbuild.engine import ContainerEngine, RunResult
-from envbuild.errors import EnvbuildError, SmokeFailed, UserError
-from envbuild.fleet import FleetResult, FleetView, fleet_view
-from envbuild.fsio import write_atomic
-from envbuild.gpu_attach import GpuChoice, unavailable_message
-from envbuild.hostinfo import host_from_facts, load_facts_file
-from envbuild.lockfile import loads
-from envbuild.models import Lock
+from envbuild.build.pipeline import LOCK_LABEL, shm_mib_for
+from envbuild.core.errors import EnvbuildError, SmokeFailed, UserError
+from envbuild.core.fsio import write_atomic
+from envbuild.core.models import Lock
+from envbuild.engine.protocol import ContainerEngine, RunResult
+from envbuild.host.gpu_attach import GpuChoice, unavailable_message
+from envbuild.host.probe import host_from_facts, load_facts_file
+from envbuild.lock.format import loads
 from envbuild.payload.smoke_checks import SmokePlan
-from envbuild.validate import Check, ValidateResult
+from envbuild.preflight import doctor as rules_of_doctor
+from envbuild.preflight import reports
+from envbuild.preflight import validate as rules_of_validate
+from envbuild.preflight.fleet import FleetResult, FleetView, fleet_view
+from envbuild.preflight.validate import Check, ValidateResult
+from envbuild.smoke import plan as smoke
 
 
 def validate(

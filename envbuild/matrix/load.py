@@ -12,7 +12,7 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from envbuild.errors import MatrixError, UserError
+from envbuild.core.errors import MatrixError, UserError
 from envbuild.matrix.rows import Matrix
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ def read_matrix_files(folder: Path, *, label: str) -> dict[str, str]:
             hint="pass an existing folder (--overlay DIR or ENVBUILD_MATRIX_OVERLAY)",
             fields={"folder": str(folder)},
         )
-    from envbuild.fsio import read_input  # only when the compiled matrix is not used
+    from envbuild.core.fsio import read_input  # only when the compiled matrix is not used
 
     out: dict[str, str] = {}
     for path in sorted(folder.glob("*.toml")):
@@ -81,7 +81,7 @@ def load_sources(overlay: Path | None = None) -> tuple[dict[str, str], dict[str,
 
 def sources_from(overlay: Path | None) -> tuple[dict[str, str], dict[str, str]]:
     """(built-in files, overlay files) as display name -> text; overlay None = no overlay."""
-    from envbuild.resources import matrix_dir
+    from envbuild.core.resources import matrix_dir
 
     built_in = read_matrix_files(matrix_dir(), label="matrix")
     extra = read_matrix_files(overlay, label=str(overlay)) if overlay is not None else {}
@@ -91,7 +91,7 @@ def sources_from(overlay: Path | None) -> tuple[dict[str, str], dict[str, str]]:
 def load_matrix_from(overlay: Path | None) -> Matrix:
     """The built-in matrix merged with this overlay folder (None = none), parsed and
     cross-checked; cached per process and folder pair. MatrixError (exit 2) on any problem."""
-    from envbuild.resources import matrix_folder
+    from envbuild.core.resources import matrix_folder
 
     cache_key = (os.path.realpath(matrix_folder()), str(overlay.resolve()) if overlay else "")
     cached = _CACHE.get(cache_key)
@@ -128,13 +128,14 @@ def _folder_stamps(folder: str | Path) -> list[tuple[str, int, int, int, int]] |
 
 
 def _load_compiled(built_in_dir: str, overlay: Path | None, folders: tuple[str, str]) -> Matrix:
-    """The parsed matrix from the user cache (`envbuild.compiled`) when the files are the ones
+    """The parsed matrix from the user cache (`envbuild.core.compiled`) when the files are the ones
     it was compiled from (name, size, mtime, ctime, inode), by this envbuild version, with the
     same row types and parser; else read, parsed, cross-checked and stored. Parsing and
     checking are most of a short command's time; unpickling is not."""
     import time
 
-    from envbuild import __version__, compiled
+    from envbuild import __version__
+    from envbuild.core import compiled
 
     stamps = [_folder_stamps(built_in_dir), _folder_stamps(overlay) if overlay else []]
     path = key = None

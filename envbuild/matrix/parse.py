@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
 
-from envbuild.errors import MatrixError
+from envbuild.core.errors import MatrixError
 from envbuild.matrix.checks import _DRIVER_RE, _NAME_RE, _ROW_CHECKS, check_matrix, matrix_warnings
 from envbuild.matrix.rows import (
     MATRIX_SCHEMA_VERSION,
@@ -95,8 +95,8 @@ def _label(row: AnyRow) -> str:
 
 def parse_toml(text: str, *, name: str) -> dict[str, Any]:
     """TOML text -> plain Python data; MatrixError (exit 2) naming the file when invalid or
-    nested too deep (`envbuild.documents`)."""
-    from envbuild.documents import DocumentError, toml_loads
+    nested too deep (`envbuild.core.documents`)."""
+    from envbuild.core.documents import DocumentError, toml_loads
 
     try:
         return toml_loads(text)

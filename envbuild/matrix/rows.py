@@ -18,8 +18,8 @@ from dataclasses import asdict, dataclass, field, fields
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from envbuild.models import CUDA_FLAVOURS
-from envbuild.models import PLATFORMS as PLATFORMS  # re-exported: build rows list these
+from envbuild.core.models import CUDA_FLAVOURS
+from envbuild.core.models import PLATFORMS as PLATFORMS  # re-exported: build rows list these
 
 MATRIX_SCHEMA_VERSION = 1
 """The newest `schema_version` of a matrix file this envbuild reads."""
@@ -504,7 +504,7 @@ class Matrix:
         """The NGC row of an image reference, exact ("nvcr.io/nvidia/pytorch:25.12-py3"), also
         with a digest after the tag ("...-py3@sha256:..."). The engine ignores the tag of such a
         reference, so the lock uses a row found this way only to check a probe of the image
-        (envbuild/app/base_lock.py), never in place of one."""
+        (envbuild/app/lock_base.py), never in place of one."""
         name = ref.split("@", 1)[0]
         return next((row for row in self.ngc_images if row.image == name), None)
 

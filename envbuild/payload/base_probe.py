@@ -4,7 +4,7 @@ Run by `envbuild lock` inside the base (`python3 -c <this file's text> <framewor
 no network): the standard library and the framework only, any Python >= 3.7 (`from __future__ import annotations`). It reports the
 Python that holds the framework (the one on the image's PATH), the OS, every installed
 distribution, and the framework's version, CUDA, cuDNN, NCCL and compiled architectures.
-envbuild/framework_base.py reads the line.
+envbuild/resolver/base.py reads the line.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Pure check logic of the smoke payload: numbers in, one check record out.
 
 Standard library only and no I/O, so every rule here is unit-tested without a GPU or a
-framework (tests/unit/test_payload_checks.py), and `envbuild.smoke` reuses the same rules to
+framework (tests/unit/test_payload_checks.py), and `envbuild.smoke.plan` reuses the same rules to
 re-check a report against its plan. A check record is a dict:
 {"name", "tier", "status": "pass"|"fail"|"warn"|"skip", "figure", "hint"}.
 """
@@ -36,7 +36,7 @@ class Baseline(TypedDict):
 
 
 class SmokePlan(TypedDict):
-    """What the payload must check: `/opt/envbuild/plan.json` in an image (envbuild.smoke.plan
+    """What the payload must check: `/opt/envbuild/plan.json` in an image (envbuild.smoke.plan.plan
     writes it; the payload reads it, tolerating missing keys from older plans)."""
 
     schema: int
@@ -272,7 +272,7 @@ def arch_covers(cc: str, archs: Iterable[str], *, tegra: bool = False) -> tuple[
     Compatibility" and "PTX Compatibility"; family/arch-specific: CUDA 12.9 release notes).
     A Tegra (Jetson, integrated) GPU runs only cubins built for exactly its capability: "Binary
     compatibility is supported only for the desktop. It is not supported for Tegra" (same
-    guide); envbuild/archs.py holds the same rule for the host side.
+    guide); envbuild/cuda/archs.py holds the same rule for the host side.
     Returns (covered, how).
     """
     dev = version_numbers(cc)
@@ -385,7 +385,7 @@ def check_extension_archs(
 
 
 def check_extension_call(name: str, figure: str | None, error: str | None) -> dict[str, Any]:
-    """`ext-smoke:<name>`: the package's own `envbuild.smoke` entry point, run on the GPU."""
+    """`ext-smoke:<name>`: the package's own `envbuild.smoke.plan` entry point, run on the GPU."""
     if error is not None:
         return check(
             f"ext-smoke:{name}",

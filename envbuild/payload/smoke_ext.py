@@ -1,7 +1,7 @@
 """Packages the image compiled from source (the plan's "extensions"): tier 1 reads the
 architectures of every compiled library they installed and checks them against the lock's
 target GPUs and the visible ones (no GPU needed: the CPU path checks the arch list too);
-tier 2 calls each package's `envbuild.smoke` entry point on the GPU, where it offers one
+tier 2 calls each package's `envbuild.smoke.plan` entry point on the GPU, where it offers one
 (a callable that raises when its kernel is wrong and returns a line to report).
 """
 

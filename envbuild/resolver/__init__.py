@@ -27,7 +27,7 @@ Rules (each with its public source; the design decisions: docs/design.md "Decisi
   same major with minor >= Y; PTX ``compute_XY`` is JIT-compiled by the driver for any GPU with
   compute capability >= X.Y. Tegra (Jetson) GPUs have no cubin compatibility across minors,
   nor with desktop cubins (same guide); a renamed arch (Thor sm_101 -> sm_110 in CUDA 13.0) is
-  reached by builds for either name. The rule itself is envbuild/archs.py, shared with
+  reached by builds for either name. The rule itself is envbuild/cuda/archs.py, shared with
   `envbuild validate`.
 - Driver floors (CUDA release notes, Table 3 "Toolkit Driver Version"; CUDA Compatibility guide,
   "Minor Version Compatibility"): every CUDA release has the toolkit's own floor and, from CUDA 11
@@ -70,9 +70,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from envbuild.archs import sort_archs
+from envbuild.core.models import Host, Request, Stack, Unsatisfiable
+from envbuild.cuda.archs import sort_archs
 from envbuild.matrix import Matrix
-from envbuild.models import Host, Request, Stack, Unsatisfiable
 from envbuild.resolver.explain import MAX_REASON_LINES, _alternatives, _reason_lines
 from envbuild.resolver.gpus import parse_gpu
 from envbuild.resolver.output import result_to_json, result_to_text

@@ -12,7 +12,11 @@ from typing import Any
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from envbuild.archs import ArchRules, cc_tuple, coverage, sort_archs
+from envbuild.core.models import (
+    Floors,
+    Request,
+)
+from envbuild.cuda.archs import ArchRules, cc_tuple, coverage, sort_archs
 from envbuild.matrix import (
     Arch,
     CudaImage,
@@ -23,10 +27,6 @@ from envbuild.matrix import (
     LibRelease,
     Matrix,
     OsImage,
-)
-from envbuild.models import (
-    Floors,
-    Request,
 )
 
 
@@ -70,7 +70,7 @@ def _meets(driver: str, floor: str) -> bool:
     return _version(driver) >= _version(floor)
 
 
-# Kernel coverage (cc_tuple, parse_arch, covers, coverage) lives in envbuild/archs.py, shared
+# Kernel coverage (cc_tuple, parse_arch, covers, coverage) lives in envbuild/cuda/archs.py, shared
 # with `envbuild validate` and `envbuild doctor`.
 
 
@@ -97,7 +97,7 @@ class _Target:
     """What the user or the hosts called the GPUs of this architecture."""
     rules: ArchRules = field(default_factory=ArchRules)
     """The matrix's Tegra capabilities and arch renames (Thor: sm_101 -> sm_110 in CUDA 13.0,
-    nvCOMPDx/cuRANDDx release notes): envbuild/archs.py."""
+    nvCOMPDx/cuRANDDx release notes): envbuild/cuda/archs.py."""
 
     @property
     def cc(self) -> tuple[int, int]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from envbuild.errors import UserError
+from envbuild.core.errors import UserError
 from envbuild.matrix import (
     Arch,
     HostPlatform,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from envbuild.models import (
+from envbuild.core.models import (
     Stack,
     Unsatisfiable,
 )

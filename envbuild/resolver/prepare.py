@@ -1,28 +1,28 @@
-"""The request (already checked by `envbuild.request.check_request`) against the matrix and
+"""The request (already checked by `envbuild.request.parse.check_request`) against the matrix and
 the hosts: framework, variants, OS, target GPUs and the oldest driver."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from envbuild.archs import ArchRules, cc_tuple
-from envbuild.errors import UserError
+from envbuild.core.errors import UserError
+from envbuild.core.models import (
+    Host,
+    Request,
+)
+from envbuild.core.versions import parse_version
+from envbuild.cuda.archs import ArchRules, cc_tuple
 from envbuild.matrix import (
     Arch,
     Matrix,
 )
-from envbuild.models import (
-    Host,
-    Request,
-)
-from envbuild.request import parse_framework_requirement
+from envbuild.request.parse import parse_framework_requirement
 from envbuild.resolver.context import (
     _Ctx,
     _Target,
     _version,
 )
 from envbuild.resolver.gpus import host_platform_of, parse_gpu
-from envbuild.versions import parse_version
 
 
 def _framework_names(matrix: Matrix) -> list[str]:

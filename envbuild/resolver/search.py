@@ -8,17 +8,18 @@ from typing import Any
 
 from packaging.version import Version
 
-from envbuild.archs import cc_tuple
+from envbuild.core.models import (
+    CUDA_FLAVOURS,
+    Floors,
+)
+from envbuild.core.versions import parse_specifier
+from envbuild.cuda.archs import cc_tuple
 from envbuild.matrix import (
     CudaImage,
     CudaRelease,
     FrameworkBuild,
     FrameworkRelease,
     OsImage,
-)
-from envbuild.models import (
-    CUDA_FLAVOURS,
-    Floors,
 )
 from envbuild.resolver.context import (
     _arch_summary,
@@ -42,7 +43,6 @@ from envbuild.resolver.context import (
     _version,
 )
 from envbuild.resolver.gpus import host_platform_of
-from envbuild.versions import parse_specifier
 
 
 def _releases(ctx: _Ctx) -> list[FrameworkRelease]:
@@ -276,9 +276,9 @@ def _check_os(
     builder: CudaImage | None = None
     if ctx.request.compile_extensions:
         # nvcc from a devel image, else (flavour plain, or no devel image for this OS) from
-        # NVIDIA's toolkit wheels, which hold it from CUDA 13.0 on (envbuild/extensions.py,
+        # NVIDIA's toolkit wheels, which hold it from CUDA 13.0 on (envbuild/cuda/extensions.py,
         # imported only here: with cudawheels it is no part of a plain resolve).
-        from envbuild.extensions import wheels_have_nvcc
+        from envbuild.cuda.extensions import wheels_have_nvcc
 
         if flavour != "plain":
             builder = _cuda_image(ctx.matrix, build.cuda, osimg.os, "devel")

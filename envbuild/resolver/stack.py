@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-from envbuild.archs import cc_tuple, sort_archs
+from envbuild.core.models import (
+    CUDA_FLAVOURS,
+    BaseImage,
+    Floors,
+    FrameworkPick,
+    Stack,
+)
+from envbuild.cuda.archs import cc_tuple, sort_archs
 from envbuild.matrix import (
     CudaImage,
     CudaRelease,
     FrameworkBuild,
     FrameworkRelease,
     Matrix,
-)
-from envbuild.models import (
-    CUDA_FLAVOURS,
-    BaseImage,
-    Floors,
-    FrameworkPick,
-    Stack,
 )
 from envbuild.resolver.context import (
     _arch_summary,

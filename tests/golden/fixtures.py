@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 
-from envbuild.models import (
+from envbuild.core.models import (
     FRAMEWORK_FLAVOUR,
     BaseFacts,
     BaseImage,
@@ -22,7 +22,7 @@ from envbuild.models import (
     Stack,
     Targets,
 )
-from envbuild.models import Lock as Lock
+from envbuild.core.models import Lock as Lock
 
 
 def fake_sha(seed: str) -> str:

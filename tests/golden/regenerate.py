@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from envbuild.render import RenderOptions, render_dockerfile
+from envbuild.render.dockerfile import RenderOptions, render_dockerfile
 from tests.golden import fixtures
 
 GOLDEN_DIR = Path(__file__).resolve().parent
@@ -28,7 +28,7 @@ def _fixture_case(make: Callable[[], fixtures.Lock], options: RenderOptions) -> 
 
 def _example_case(image_dir: Path) -> Callable[[], str]:
     def render() -> str:
-        from envbuild.lockfile import loads
+        from envbuild.lock.format import loads
 
         text = (image_dir / "envbuild.lock").read_text(encoding="utf-8")
         lock = loads(text)

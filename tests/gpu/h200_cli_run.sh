@@ -8,7 +8,7 @@ OUT=${OUT:-/tmp/h200-cli}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 LOG="$OUT/h200-cli.log"
-envbuild() { python3 -c 'import sys; sys.argv[0] = "envbuild"; from envbuild.cli import main; main()' "$@"; }
+envbuild() { python3 -c 'import sys; sys.argv[0] = "envbuild"; from envbuild.cli.main import main; main()' "$@"; }
 step() {  # step NAME CMD...: stdout -> $OUT/NAME, rc + wall time + stderr tail -> log
   local name=$1; shift
   local t0 t1 rc; t0=$(date +%s.%N)

@@ -8,7 +8,7 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 LOG="$OUT/h200x2-run.log"
-envbuild() { python3 -c 'import sys; sys.argv[0] = "envbuild"; from envbuild.cli import main; main()' "$@"; }
+envbuild() { python3 -c 'import sys; sys.argv[0] = "envbuild"; from envbuild.cli.main import main; main()' "$@"; }
 timed() {  # timed NAME CMD...: stdout -> $OUT/NAME.json, stderr + rc + wall time -> log
   local name=$1; shift
   local t0 t1 rc; t0=$(date +%s.%N)

@@ -15,9 +15,9 @@ from typing import Any, cast
 
 import pytest
 
-from envbuild import smoke
+from envbuild.core.resources import payload_dir
 from envbuild.matrix import load_matrix
-from envbuild.resources import payload_dir
+from envbuild.smoke import plan as smoke
 
 pytestmark = pytest.mark.gpu
 

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from envbuild.docker_engine import DockerEngine
-from envbuild.errors import EngineError
+from envbuild.core.errors import EngineError
+from envbuild.engine.docker import DockerEngine
 from tests.integration.engine_cases import BASE
 
 

@@ -6,9 +6,9 @@ import json
 import uuid
 from pathlib import Path
 
-from envbuild.build import ImageJob
-from envbuild.engine import RunResult
-from envbuild.smoke import SmokeJudgement
+from envbuild.build.pipeline import ImageJob
+from envbuild.engine.protocol import RunResult
+from envbuild.smoke.plan import SmokeJudgement
 
 CASES = Path(__file__).parent / "cases"
 BASE = "envbuild-e2e/base:bookworm"

@@ -12,21 +12,21 @@ import uuid
 
 import pytest
 
-from envbuild.build import (
+from envbuild.build.pipeline import (
     LOCK_LABEL,
     LOCK_SHA_LABEL,
     REPORT_LABEL,
     build_and_verify,
 )
-from envbuild.docker_engine import DockerEngine
-from envbuild.engine import RunSpec
-from envbuild.errors import (
+from envbuild.core.errors import (
     BuildError,
     DiskFullError,
     GpuUnavailableError,
     SmokeFailed,
 )
-from envbuild.smoke import ROLE_LABEL
+from envbuild.engine.docker import DockerEngine
+from envbuild.engine.protocol import RunSpec
+from envbuild.smoke.plan import ROLE_LABEL
 from tests.integration.engine_cases import BASE, CASES, job, judge
 
 

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.build import ImageJob, build_and_verify
-from envbuild.docker_engine import DockerEngine
-from envbuild.engine import RunResult
-from envbuild.errors import EngineError
-from envbuild.smoke import SmokeJudgement
+from envbuild.build.pipeline import ImageJob, build_and_verify
+from envbuild.core.errors import EngineError
+from envbuild.engine.docker import DockerEngine
+from envbuild.engine.protocol import RunResult
+from envbuild.smoke.plan import SmokeJudgement
 
 
 def never(result: RunResult) -> SmokeJudgement:

@@ -16,16 +16,16 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.build import LOCK_SHA_LABEL
-from envbuild.docker_engine import DockerEngine
+from envbuild.build.pipeline import LOCK_SHA_LABEL
+from envbuild.engine.docker import DockerEngine
 
 pytestmark = pytest.mark.engine
 
 DRIVER = """
 import json, sys
 from tests.integration.engine_cases import job, judge
-from envbuild.build import build_and_verify
-from envbuild.docker_engine import DockerEngine
+from envbuild.build.pipeline import build_and_verify
+from envbuild.engine.docker import DockerEngine
 j = job("hang", sys.argv[1], timeout_s=300, lock_sha256=sys.argv[2])
 try:
     build_and_verify(DockerEngine(), j, judge=judge, progress=lambda line: print(line, flush=True))

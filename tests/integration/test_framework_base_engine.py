@@ -18,10 +18,10 @@ import pytest
 
 from envbuild.app.image import ImageRequest, build_image
 from envbuild.app.lock import lock_image
-from envbuild.docker_engine import DockerEngine
-from envbuild.errors import UnsatisfiableError
-from envbuild.lockfile import loads
-from envbuild.render import BuildInputs
+from envbuild.core.errors import UnsatisfiableError
+from envbuild.engine.docker import DockerEngine
+from envbuild.lock.format import loads
+from envbuild.render.dockerfile import BuildInputs
 from tests.integration.engine_cases import BASE
 
 pytestmark = [pytest.mark.engine, pytest.mark.e2e]

@@ -17,9 +17,9 @@ import pytest
 
 from envbuild.app.image import ImageRequest, build_image
 from envbuild.app.lock import check_image, lock_image
-from envbuild.docker_engine import DockerEngine
-from envbuild.errors import StaleLockError
-from envbuild.render import BuildInputs
+from envbuild.core.errors import StaleLockError
+from envbuild.engine.docker import DockerEngine
+from envbuild.render.dockerfile import BuildInputs
 from tests.integration.test_framework_base_engine import CA, torch_base
 
 pytestmark = [pytest.mark.engine, pytest.mark.e2e, pytest.mark.network]

@@ -8,13 +8,13 @@ import uuid
 
 import pytest
 
-from envbuild import hostinfo
-from envbuild.build import LOCK_SHA_LABEL
-from envbuild.docker_engine import DockerEngine
-from envbuild.engine import RunSpec
-from envbuild.errors import GpuUnavailableError
-from envbuild.gpu_attach import choose, from_host_facts
-from envbuild.smoke import ROLE_LABEL
+from envbuild.build.pipeline import LOCK_SHA_LABEL
+from envbuild.core.errors import GpuUnavailableError
+from envbuild.engine.docker import DockerEngine
+from envbuild.engine.protocol import RunSpec
+from envbuild.host import probe as hostinfo
+from envbuild.host.gpu_attach import choose, from_host_facts
+from envbuild.smoke.plan import ROLE_LABEL
 from tests.integration.engine_cases import BASE
 
 pytestmark = pytest.mark.engine

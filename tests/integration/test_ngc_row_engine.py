@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from envbuild.app.lock import lock_image
-from envbuild.docker_engine import DockerEngine
-from envbuild.framework_base import ProbeError
+from envbuild.engine.docker import DockerEngine
 from envbuild.matrix import clear_cache
+from envbuild.resolver.base import ProbeError
 from tests.integration.test_framework_base_engine import torch_base  # noqa: F401 (fixture)
 
 pytestmark = [pytest.mark.engine, pytest.mark.e2e]

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from docker.types import DeviceRequest
 
-from envbuild.build import LOCK_SHA_LABEL, REPORT_LABEL, build_and_verify
-from envbuild.docker_engine import DockerEngine
-from envbuild.errors import SmokeFailed
-from envbuild.registry import split_tag
+from envbuild.build.pipeline import LOCK_SHA_LABEL, REPORT_LABEL, build_and_verify
+from envbuild.core.errors import SmokeFailed
+from envbuild.engine.docker import DockerEngine
+from envbuild.engine.registry import split_tag
 from tests.integration.engine_cases import BASE, job, judge
 from tests.integration.services import Registry, podman_service, registry_server
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.errors import RegistryError
-from envbuild.registry import is_loopback, registry_digest
+from envbuild.core.errors import RegistryError
+from envbuild.engine.registry import is_loopback, registry_digest
 from tests.integration.services import Registry, free_port, registry_server
 
 

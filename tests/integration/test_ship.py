@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.build import LOCK_SHA_LABEL, REPORT_LABEL, build_and_verify
-from envbuild.buildx_engine import BuildxEngine, BuildxOptions, buildx_available
-from envbuild.docker_engine import DockerEngine
-from envbuild.errors import RegistryError, SmokeFailed
-from envbuild.registry import split_tag
+from envbuild.build.pipeline import LOCK_SHA_LABEL, REPORT_LABEL, build_and_verify
+from envbuild.core.errors import RegistryError, SmokeFailed
+from envbuild.engine.buildx import BuildxEngine, BuildxOptions, buildx_available
+from envbuild.engine.docker import DockerEngine
+from envbuild.engine.registry import split_tag
 from tests.integration.engine_cases import context_of, job, judge
 from tests.integration.services import Registry, free_port, outward_ip, registry_server
 

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from envbuild.app import validate as validate_use_case
-from envbuild.build import LOCK_LABEL
-from envbuild.docker_engine import DockerEngine
-from envbuild.lockfile import dumps
-from envbuild.smoke import ROLE_LABEL
+from envbuild.build.pipeline import LOCK_LABEL
+from envbuild.engine.docker import DockerEngine
+from envbuild.lock.format import dumps
+from envbuild.smoke.plan import ROLE_LABEL
 from tests.unit.test_validate import HOSTS, make_lock
 
 pytestmark = pytest.mark.engine

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from packaging.specifiers import SpecifierSet
 
-from envbuild import pypi, refresh
 from envbuild.app import matrix as matrix_use_case
+from envbuild.matrix import refresh
+from envbuild.matrix.refresh import pypi
 
 pytestmark = pytest.mark.network
 

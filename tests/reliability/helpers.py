@@ -10,7 +10,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from envbuild.cli import EXIT_INTERNAL, cli
+from envbuild.cli.main import EXIT_INTERNAL, cli
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGES = REPO / "images"
@@ -79,7 +79,7 @@ _CONTENT_LINE = re.compile(r'^content_hash = "sha256:[0-9a-f]{64}"\n', re.MULTIL
 def reseal(lock_text: str) -> str:
     """Recompute a lock's content_hash after an edit: a forged lock that passes the hash check,
     so what is behind it (the parser) is exercised too."""
-    from envbuild.lockfile import _content_hash
+    from envbuild.lock.format import _content_hash
 
     m = _CONTENT_LINE.search(lock_text)
     assert m is not None
@@ -151,8 +151,8 @@ def probe_image(
     the matrix rows, not the pins; dumps() writes a matching content hash."""
     import dataclasses
 
-    from envbuild import lockfile
-    from envbuild.models import LockedPackage
+    from envbuild.core.models import LockedPackage
+    from envbuild.lock import format as lockfile
 
     image = copy_example(root, example)
     lock = lockfile.loads((image / "envbuild.lock").read_text())

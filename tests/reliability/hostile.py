@@ -15,7 +15,7 @@ from typing import Any
 
 from click.testing import CliRunner
 
-from envbuild.cli import EXIT_INTERNAL, cli
+from envbuild.cli.main import EXIT_INTERNAL, cli
 from tests.reliability.helpers import REPO, Outcome
 
 PYLOCK = REPO / "tests" / "fixtures" / "pydeps" / "uv-torch-2.10.0-py312-x86_64.pylock.toml"
@@ -114,7 +114,7 @@ def run_tty(*args: str, env: dict[str, str] | None = None) -> Outcome:
 _CHILD = textwrap.dedent(
     """
     import sys
-    from envbuild import cli
+    from envbuild.cli import main as cli
     sys.argv = ["envbuild", *sys.argv[1:]]
     cli.main()
     """

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from envbuild.request import SCHEMA
+from envbuild.request.parse import SCHEMA
 from tests.reliability.helpers import (
     FRESH_EXAMPLES,
     IMAGES,
@@ -81,8 +81,8 @@ def test_random_bytes_after_a_valid_request(image: Path, data: bytes) -> None:
 def test_request_truncated_at_every_length(tmp_path: Path, name: str) -> None:
     """Every prefix of every shipped request: through the parser at every length (cheap), and
     through `envbuild lock --check` wherever the prefix parses, plus every 5th length."""
-    from envbuild.errors import UserError
-    from envbuild.request import parse_request
+    from envbuild.core.errors import UserError
+    from envbuild.request.parse import parse_request
 
     data = (IMAGES / name / "envbuild.toml").read_bytes()
     image = copy_example(tmp_path, name)

@@ -142,7 +142,7 @@ def test_smoke_payload_hanging_past_its_limit(
 def test_gpu_missing_without_allow_cpu(
     engine: None, tmp_path: Path, wheels: tuple[Path, str]
 ) -> None:
-    from envbuild.docker_engine import DockerEngine
+    from envbuild.engine.docker import DockerEngine
 
     if DockerEngine().has_nvidia_runtime():
         pytest.skip("this engine can attach GPUs")

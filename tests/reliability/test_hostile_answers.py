@@ -19,7 +19,7 @@ import pytest
 import requests
 from requests.adapters import HTTPAdapter
 
-import envbuild.registry
+import envbuild.engine.registry
 from tests.reliability.helpers import assert_clear_error, copy_example, run
 from tests.reliability.hostile import fake_uv
 
@@ -55,8 +55,8 @@ def _serve(monkeypatch: pytest.MonkeyPatch, handler: Handler) -> list[str]:
 
     monkeypatch.setattr(HTTPAdapter, "send", send)
     # The stand-in answers for the registry's host, so that host is one that resolves
-    # (envbuild.registry.host_unknown: no DNS here).
-    monkeypatch.setattr(envbuild.registry, "host_unknown", lambda registry: False)
+    # (envbuild.engine.registry.host_unknown: no DNS here).
+    monkeypatch.setattr(envbuild.engine.registry, "host_unknown", lambda registry: False)
     return seen
 
 
@@ -155,8 +155,8 @@ GOOD_PROJECT = json.dumps(
 def test_a_bad_index_answer_is_not_cached(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bad: bytes
 ) -> None:
-    from envbuild import pypi
-    from envbuild.errors import SourceUnreachableError
+    from envbuild.core.errors import SourceUnreachableError
+    from envbuild.matrix.refresh import pypi
 
     answers = [bad, GOOD_PROJECT]
 
@@ -175,9 +175,8 @@ def test_a_bad_index_answer_is_not_cached(
 def test_metadata_with_the_wrong_hash_is_not_cached(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from envbuild import pypi
-    from envbuild.errors import SourceUnreachableError
-    from envbuild.refresh import IndexFile
+    from envbuild.core.errors import SourceUnreachableError
+    from envbuild.matrix.refresh import IndexFile, pypi
 
     good = b"Metadata-Version: 2.1\nName: torch\nVersion: 2.10.0\n"
     answers = [b"Name: evil\n", good]

@@ -6,7 +6,7 @@ next `envbuild lock` finishes and tidies up. The unit tests cover the pieces:
 tests/unit/test_lockfile.py::test_interrupted_write_leaves_old_lock_intact (write_atomic alone)
 and ::test_concurrent_lock_runs_end_with_one_valid_lock (three lock_image calls at once).
 
-The child runs the real CLI (`envbuild.cli.main`) with the fixed matrix, resolver answer and
+The child runs the real CLI (`envbuild.cli.main.main`) with the fixed matrix, resolver answer and
 recorded uv output of tests/unit/test_lockfile.py (install_fakes): no network.
 """
 
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuild import lockfile
+from envbuild.lock import format as lockfile
 from tests.reliability.helpers import REPO, assert_clear_error, run
 from tests.unit.test_lockfile import DEMO_REQUEST, GOLDEN, install_fakes, make_image
 
@@ -34,7 +34,8 @@ _CHILD = textwrap.dedent(
     import os, sys, time
     from pathlib import Path
     import pytest
-    from envbuild import cli, lockfile
+    from envbuild.cli import main as cli
+    from envbuild.lock import format as lockfile
     from tests.unit.test_lockfile import FakeUv, install_fakes
 
     point, marker = os.environ["KILL_AT"], Path(os.environ["MARKER"])

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from envbuild.cli import EXIT_INTERNAL, cli
+from envbuild.cli.main import EXIT_INTERNAL, cli
 from tests.reliability.helpers import REPO, copy_example, run
 from tests.reliability.hostile import assert_one_json
 
@@ -100,12 +100,12 @@ def test_a_bug_under_json_is_still_one_json_object(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Exit 70 is kept for bugs; a CI job parsing stdout still gets one JSON object."""
-    import envbuild.request
+    import envbuild.request.parse
 
     def broken(*args: object, **kwargs: object) -> None:
         raise RuntimeError("simulated bug")
 
-    monkeypatch.setattr(envbuild.request, "request_from_mapping", broken)
+    monkeypatch.setattr(envbuild.request.parse, "request_from_mapping", broken)
     image = copy_example(tmp_path, "torch-cpu")
     result = CliRunner().invoke(cli, ["lock", "--check", "--json", str(image)])
     assert result.exit_code == EXIT_INTERNAL, result.output

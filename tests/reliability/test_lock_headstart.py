@@ -1,4 +1,4 @@
-"""`envbuild lock` with its head start (envbuild/headstart.py) on, through the CLI, with the
+"""`envbuild lock` with its head start (envbuild/lock/headstart.py) on, through the CLI, with the
 stand-in for uv of tests/reliability/hostile.py as a real child process: the command the last
 lock ran starts before the lock builds its own, is taken when it is the same, and the lock
 comes out byte for byte as without it."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from envbuild import headstart
+from envbuild.lock import headstart
 from tests.reliability.helpers import copy_example, run
 from tests.reliability.hostile import fake_uv, uv_calls
 
@@ -68,7 +68,7 @@ def test_the_same_lock_without_the_head_start(tmp_path: Path) -> None:
 
 
 def test_the_console_script_starts_uv_before_the_command_line_is_read(tmp_path: Path) -> None:
-    """Through envbuild/entry.py (the installed `envbuild`), in a child process: the kept
+    """Through envbuild/cli/entry.py (the installed `envbuild`), in a child process: the kept
     command starts before click is imported, the lock takes it, nothing is left in $TMPDIR;
     a usage error after an early start leaves nothing either."""
     import os
@@ -86,7 +86,7 @@ def test_the_console_script_starts_uv_before_the_command_line_is_read(tmp_path: 
         "TMPDIR": str(tmp),
         headstart.DISABLE_ENV: "",
     }
-    entry = "from envbuild.entry import main; main()"
+    entry = "from envbuild.cli.entry import main; main()"
 
     def envbuild(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -105,7 +105,7 @@ def test_the_console_script_starts_uv_before_the_command_line_is_read(tmp_path: 
         [
             sys.executable,
             "-c",
-            "import sys; from envbuild import headstart; "
+            "import sys; from envbuild.lock import headstart; "
             f"headstart.begin_early(['--offline', {str(image)!r}]); "
             "assert headstart._EARLY; sys.exit(2)",
         ],

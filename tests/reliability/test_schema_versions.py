@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.models import LOCK_SCHEMA_VERSION
+from envbuild.core.models import LOCK_SCHEMA_VERSION
 from tests.reliability.helpers import assert_clear_error, copy_example, reseal, run
 from tests.reliability.hostile import assert_one_json, fake_uv, uv_calls
 

@@ -54,7 +54,7 @@ def _terminate(proc: subprocess.Popen[str]) -> tuple[int, str]:
 _CLI = textwrap.dedent(
     """
     import sys
-    from envbuild import cli
+    from envbuild.cli import main as cli
     sys.argv = ["envbuild", *sys.argv[1:]]
     cli.main()
     """
@@ -96,7 +96,7 @@ _RENDER_CHILD = textwrap.dedent(
     """
     import os, sys, time
     from pathlib import Path
-    from envbuild import cli
+    from envbuild.cli import main as cli
     marker = Path(os.environ["MARKER"])
     real = Path.write_bytes
     calls = []

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from envbuild.request import toml_loads
+from envbuild.request.parse import toml_loads
 from tests.reliability.helpers import (
     E2E_BASE,
     IMAGES,
@@ -223,7 +223,7 @@ def test_wheel_hash_mismatch_fails_the_build_untagged(mismatch: Mismatch) -> Non
 @pytest.mark.engine
 def test_the_lock_can_explain_the_real_build_output(mismatch: Mismatch) -> None:
     # What the engine's error mapping needs, checked on this build's own output.
-    from envbuild.buildlog import pip_hash_mismatch_message
+    from envbuild.build.buildlog import pip_hash_mismatch_message
 
     text = pip_hash_mismatch_message(mismatch.out.err)
     assert text is not None
@@ -237,7 +237,7 @@ FIXTURE = Path(__file__).parent / "fixtures" / "pip-hash-mismatch.log"
 def test_pip_hash_mismatch_is_explained_from_pip_output() -> None:
     """The parser on recorded pip output (this folder's probe build), and pip's form with
     several allowed hashes (pip/_internal/exceptions.py HashMismatch._hash_comparison)."""
-    from envbuild.buildlog import pip_hash_mismatch_message
+    from envbuild.build.buildlog import pip_hash_mismatch_message
 
     log = FIXTURE.read_text()
     text = pip_hash_mismatch_message(log)

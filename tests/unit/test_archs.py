@@ -1,4 +1,4 @@
-"""envbuild/archs.py: the one "does this GPU run this build" rule, shared by the resolver and
+"""envbuild/cuda/archs.py: the one "does this GPU run this build" rule, shared by the resolver and
 validate, and its agreement with the payload's stdlib copy."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from envbuild import validate
-from envbuild.archs import ArchRules, coverage, covers, parse_arch, sort_archs
+from envbuild.cuda.archs import ArchRules, coverage, covers, parse_arch, sort_archs
 from envbuild.matrix import Arch, load_matrix
 from envbuild.payload import smoke_checks
+from envbuild.preflight import validate
 
 ORIN = ArchRules(tegra=frozenset({(8, 7)}))
 

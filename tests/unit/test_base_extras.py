@@ -1,4 +1,4 @@
-"""What a framework-base request adds to its base (envbuild.app.base_extras): requirements the
+"""What a framework-base request adds to its base (envbuild.app.lock_base_extras): requirements the
 base satisfies are not resolved again; a source extension is locked from the local wheelhouse
 alone (uv, --offline) with the base's torch, setuptools and ninja, and compiled with the base's
 own toolkit; a project's dependencies and build backend follow the same rule."""
@@ -11,11 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from envbuild import framework_base as fb
-from envbuild.app.base_extras import lock_extras, satisfied_by
-from envbuild.errors import UserError
-from envbuild.matrix import load_matrix_from
-from envbuild.models import (
+from envbuild.app.lock_base_extras import lock_extras, satisfied_by
+from envbuild.core.errors import UserError
+from envbuild.core.models import (
     BaseFacts,
     DependencyFiles,
     Indexes,
@@ -23,7 +21,9 @@ from envbuild.models import (
     Request,
     Targets,
 )
-from envbuild.pydeps import RunResult, find_uv
+from envbuild.lock.pins import RunResult, find_uv
+from envbuild.matrix import load_matrix_from
+from envbuild.resolver import base as fb
 
 REPO = Path(__file__).resolve().parents[2]
 WHEELS = REPO / "images" / "torch-ext" / "wheels"

@@ -184,8 +184,9 @@ def test_lock_peer_allows_the_sdist_the_lock_takes_and_nothing_else() -> None:
     # images/torch-ext locks envbuild-vecadd from its sdist: the peer's `--only-binary :all:`
     # alone refuses it ("has no usable wheels"), so the user's command names it, as envbuild's
     # does; torch-cpu's lock has no sdist and its peer is pydeps' command unchanged.
-    from envbuild import lockfile, pydeps
-    from envbuild.request import load_request
+    from envbuild.lock import format as lockfile
+    from envbuild.lock import pins as pydeps
+    from envbuild.request.parse import load_request
 
     for name, extra in [("torch-ext", ["--no-binary", "envbuild-vecadd"]), ("torch-cpu", [])]:
         image = common.ROOT / "images" / name
@@ -205,8 +206,8 @@ def test_lock_peer_pins_a_builder_stage_with_a_second_command() -> None:
     # images/torch-ext's lock has a [build] stage (toolkit wheels, the sdist's build
     # requirements) pinned against the image's pins: a user gets the same with a second
     # `uv pip compile` constrained by the first one's output. torch-cpu has no stage.
-    from envbuild import lockfile
-    from envbuild.request import load_request
+    from envbuild.lock import format as lockfile
+    from envbuild.request.parse import load_request
 
     image = common.ROOT / "images" / "torch-ext"
     lock = lockfile.loads((image / "envbuild.lock").read_text())
@@ -217,7 +218,7 @@ def test_lock_peer_pins_a_builder_stage_with_a_second_command() -> None:
     toolkit = next(p for p in lock.packages if p.name == "cuda-toolkit")
     lines = build_in.splitlines()
     # The toolkit the runtime pins, with nvcc; the runtime's own CCCL wheel (see
-    # envbuild.extensions.toolchain_requirements); then the sdist's build requirements.
+    # envbuild.cuda.extensions.toolchain_requirements); then the sdist's build requirements.
     assert lines[:2] == [f"cuda-toolkit[nvcc]=={toolkit.version}", "nvidia-cuda-cccl"]
     assert lines[2:] == sorted(next(p for p in lock.packages if p.sdist).build_requires)
     assert build_argv[:4] == ["uv", "pip", "compile", "build.in"]
@@ -336,9 +337,9 @@ def test_h200_cold_gap_splits_the_difference_by_stage() -> None:
 def test_lock_peer_resolves_a_projects_own_requirements_too() -> None:
     # images/torch-project's requirements come from its pyproject.toml ([packages] files,
     # extras, and the build backend its install needs): the peer asks uv for the same lines.
-    from envbuild import lockfile
-    from envbuild.app import project_lock
-    from envbuild.request import load_request
+    from envbuild.app import lock_project as project_lock
+    from envbuild.lock import format as lockfile
+    from envbuild.request.parse import load_request
 
     image = common.ROOT / "images" / "torch-project"
     lock = lockfile.loads((image / "envbuild.lock").read_text())

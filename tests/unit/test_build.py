@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from envbuild.build import (
+from envbuild.build.pipeline import (
     LOCK_LABEL,
     LOCK_SHA_LABEL,
     REPORT_LABEL,
@@ -20,8 +20,7 @@ from envbuild.build import (
     report_label,
     shm_mib_for,
 )
-from envbuild.engine import BuildResult, ProgressFn, RunResult, RunSpec
-from envbuild.errors import (
+from envbuild.core.errors import (
     BuildError,
     EngineError,
     EnvbuildError,
@@ -29,8 +28,9 @@ from envbuild.errors import (
     SmokeFailed,
     UserError,
 )
-from envbuild.gpu_attach import Attachment
-from envbuild.smoke import ROLE_LABEL, SmokeJudgement, payload_command
+from envbuild.engine.protocol import BuildResult, ProgressFn, RunResult, RunSpec
+from envbuild.host.gpu_attach import Attachment
+from envbuild.smoke.plan import ROLE_LABEL, SmokeJudgement, payload_command
 
 LOCK_TEXT = "# envbuild.lock\nname = 'demo'\n"
 SHA = "ab" * 32
@@ -359,8 +359,8 @@ def test_default_tag_and_shm() -> None:
 
 
 def test_oversized_lock_is_refused_before_the_engine() -> None:
-    from envbuild.build import LOCK_LABEL_MAX_BYTES
-    from envbuild.errors import UserError
+    from envbuild.build.pipeline import LOCK_LABEL_MAX_BYTES
+    from envbuild.core.errors import UserError
 
     engine = FakeEngine(run_result=OK_RUN)
     job = make_job(lock_text="#" * (LOCK_LABEL_MAX_BYTES + 1))

@@ -11,17 +11,17 @@ import pytest
 from click.testing import CliRunner
 
 from envbuild.app import image
-from envbuild.build import ImageOutcome
-from envbuild.cli import cli
-from envbuild.commands.image import Progress
-from envbuild.errors import GpuUnavailableError, SmokeFailed, StaleLockError
-from envbuild.render import BuildInputs
-from envbuild.smoke import SmokeJudgement
+from envbuild.build.pipeline import ImageOutcome
+from envbuild.cli.commands.image import Progress
+from envbuild.cli.main import cli
+from envbuild.core.errors import GpuUnavailableError, SmokeFailed, StaleLockError
+from envbuild.render.dockerfile import BuildInputs
+from envbuild.smoke.plan import SmokeJudgement
 from tests.unit.test_build import OK_RUN, FakeEngine, make_job
 
 
 def _outcome(**over: Any) -> ImageOutcome:
-    from envbuild.build import build_and_verify
+    from envbuild.build.pipeline import build_and_verify
 
     engine = FakeEngine(run_result=OK_RUN)
     checks = [

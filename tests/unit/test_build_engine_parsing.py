@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from envbuild.app.image import check_tag
-from envbuild.buildx_engine import BuildxOptions, buildx_command, write_context
-from envbuild.docker_engine import BuildStream, attach_kwargs, context_tar
-from envbuild.errors import BuildError, DiskFullError, UserError
-from envbuild.gpu_attach import EngineGpuFacts, choose
+from envbuild.core.errors import BuildError, DiskFullError, UserError
+from envbuild.engine.buildx import BuildxOptions, buildx_command, write_context
+from envbuild.engine.docker import BuildStream, attach_kwargs, context_tar
+from envbuild.host.gpu_attach import EngineGpuFacts, choose
 
 
 def feed_all(chunks: list[dict[str, object]]) -> tuple[BuildStream, list[str]]:
@@ -197,7 +197,7 @@ class _Up:
 
 
 def test_buildkit_without_buildx_is_a_clear_user_error(tmp_path: Path) -> None:
-    from envbuild.buildx_engine import BuildxEngine, buildx_available
+    from envbuild.engine.buildx import BuildxEngine, buildx_available
 
     missing = str(tmp_path / "no-docker-here")
     assert buildx_available(missing) is False

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from envbuild.cli import cli
+from envbuild.cli.main import cli
 from tests.unit.test_lockfile import GOLDEN, install_fakes, make_image
 
 
@@ -118,7 +118,7 @@ def test_live_relock_of_an_example_is_byte_identical(tmp_path: Path, name: str) 
 
 def test_built_from_source_names_the_base_nvcc_on_a_framework_base() -> None:
     """A framework base compiles with its own nvcc (no separate devel builder image is locked)."""
-    from envbuild.commands.lock import _built_from_source
+    from envbuild.cli.commands.lock import _built_from_source
     from tests.golden import fixtures
 
     lock = fixtures.framework_ext_lock()

@@ -15,9 +15,9 @@ from click.testing import CliRunner, Result
 from packaging.version import Version
 
 import envbuild.matrix
-from envbuild.cli import cli
-from envbuild.errors import NoGpuError
-from envbuild.models import Host, HostGpu
+from envbuild.cli.main import cli
+from envbuild.core.errors import NoGpuError
+from envbuild.core.models import Host, HostGpu
 from tests.unit.test_resolver import M
 
 
@@ -118,10 +118,10 @@ def test_cpu_flag() -> None:
 
 @pytest.mark.usefixtures("fixture_matrix")
 def test_host_uses_the_probe(monkeypatch: pytest.MonkeyPatch) -> None:
-    import envbuild.hostinfo
+    import envbuild.host.probe
 
     host = Host(driver="560.35.05", gpus=(HostGpu(name="Tesla V100-SXM2-16GB", cc="7.0"),))
-    monkeypatch.setattr(envbuild.hostinfo, "probe_host", lambda: host)
+    monkeypatch.setattr(envbuild.host.probe, "probe_host", lambda: host)
     out = json.loads(run("--host", "--json").output)
     assert out["stack"]["target_archs"] == ["sm_70"]
     assert out["stack"]["framework"]["variant"] == "cu126"
@@ -129,12 +129,12 @@ def test_host_uses_the_probe(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.usefixtures("fixture_matrix")
 def test_host_without_driver_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
-    import envbuild.hostinfo
+    import envbuild.host.probe
 
     def no_gpu() -> Host:
         raise NoGpuError("no NVIDIA driver on this machine", hint="install the NVIDIA driver")
 
-    monkeypatch.setattr(envbuild.hostinfo, "probe_host", no_gpu)
+    monkeypatch.setattr(envbuild.host.probe, "probe_host", no_gpu)
     r = run("--host")
     assert r.exit_code == 2
     assert "no NVIDIA driver" in r.output and "next: install the NVIDIA driver" in r.output
@@ -148,8 +148,8 @@ def test_resolve_does_not_import_torch_docker_or_pynvml() -> None:
         "import sys\n"
         "sys.argv = ['envbuild', 'resolve', '--gpu', 'H100', '--gpu', 'L4', '--driver', "
         "'570.124.06', '--json']\n"
-        "import envbuild.cli\n"
-        "try:\n    envbuild.cli.cli(prog_name='envbuild')\nexcept SystemExit as e:\n"
+        "import envbuild.cli.main\n"
+        "try:\n    envbuild.cli.main.cli(prog_name='envbuild')\nexcept SystemExit as e:\n"
         "    code = e.code\n"
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
         "('torch', 'docker', 'pynvml', 'jax', 'tensorflow'))\n"
@@ -193,7 +193,7 @@ def test_resolve_is_well_under_100_ms_with_matrix_loading() -> None:
 
 
 def test_fixture_resolve_timing_sanity() -> None:
-    from envbuild.models import Request, Targets
+    from envbuild.core.models import Request, Targets
     from envbuild.resolver import resolve
 
     r = Request(framework="torch", targets=Targets(gpus=("H100", "L4"), driver="570.124.06"))

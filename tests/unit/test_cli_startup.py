@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 import envbuild
-from envbuild.cli import COMMANDS, cli
+from envbuild.cli.main import COMMANDS, cli
 
 HEAVY = ("torch", "docker", "pynvml", "jinja2", "tomlkit", "requests", "jax", "tensorflow")
 
@@ -35,7 +35,7 @@ def _modules_after(code: str) -> set[str]:
 def test_help_imports_nothing_heavy() -> None:
     code = (
         "import sys; sys.argv=['envbuild','--help']\n"
-        "from envbuild.cli import cli\n"
+        "from envbuild.cli.main import cli\n"
         "try:\n    cli(prog_name='envbuild')\nexcept SystemExit:\n    pass"
     )
     loaded = _modules_after(code)
@@ -55,7 +55,7 @@ def test_resolve_and_lock_check_import_nothing_heavy(argv: list[str]) -> None:
     root = Path(__file__).resolve().parents[2]
     code = (
         f"import os, sys; os.chdir({str(root)!r}); sys.argv=['envbuild', *{argv!r}]\n"
-        "from envbuild.cli import main\n"
+        "from envbuild.cli.main import main\n"
         "try:\n    main()\nexcept SystemExit as e:\n    assert e.code in (0, None), e.code"
     )
     loaded = _modules_after(code)
@@ -119,17 +119,17 @@ def test_help_imports_no_envbuild_module_it_does_not_run() -> None:
     # `--help` prints the command table: the error classes, JSON and difflib are not needed.
     code = (
         "import sys; sys.argv=['envbuild','--help']\n"
-        "from envbuild.cli import main\n"
+        "from envbuild.cli.main import main\n"
         "try:\n    main()\nexcept SystemExit:\n    pass"
     )
     loaded = _modules_after(code)
     assert {m for m in loaded if m.startswith("envbuild")} == {
         "envbuild",
         "envbuild.cli",
-        "envbuild.commands",
-        "envbuild.commands.lazy",
+        "envbuild.cli.main",
+        "envbuild.cli.lazy",
     }
-    assert not {"envbuild.errors", "json", "difflib", "dataclasses"} & loaded
+    assert not {"envbuild.core.errors", "json", "difflib", "dataclasses"} & loaded
 
 
 def test_resolve_imports_only_what_resolving_uses() -> None:
@@ -137,7 +137,7 @@ def test_resolve_imports_only_what_resolving_uses() -> None:
     argv = ["resolve", "--json", "--gpu", "H100", "--gpu", "L4", "--driver", "570.124.06"]
     code = (
         f"import os, sys; os.chdir({str(root)!r}); sys.argv=['envbuild', *{argv!r}]\n"
-        "from envbuild.cli import main\n"
+        "from envbuild.cli.main import main\n"
         "try:\n    main()\nexcept SystemExit as e:\n    assert e.code in (0, None), e.code"
     )
     _modules_after(code)  # fills the user cache (compiled matrix), as a first run does
@@ -145,12 +145,12 @@ def test_resolve_imports_only_what_resolving_uses() -> None:
     assert "envbuild.resolver" in loaded  # the command really ran
     assert "envbuild.matrix.parse" not in loaded  # the compiled matrix was read
     unused = {
-        "envbuild.hostinfo",  # only --host / --hosts
-        "envbuild.render",
-        "envbuild.lockfile",
-        "envbuild.smoke",
-        "envbuild.gpu_attach",
-        "envbuild.fsio",
+        "envbuild.host.probe",  # only --host / --hosts
+        "envbuild.render.dockerfile",
+        "envbuild.lock.format",
+        "envbuild.smoke.plan",
+        "envbuild.host.gpu_attach",
+        "envbuild.core.fsio",
         "http.client",
         "ssl",
         "subprocess",
@@ -161,7 +161,7 @@ def test_resolve_imports_only_what_resolving_uses() -> None:
         "pathlib",  # with urllib.parse and ipaddress: only --hosts and an overlay need it
         "urllib.parse",
         "signal",  # its enums: the SIGTERM handler is set through _signal
-        "envbuild.extensions",  # only --compile-extensions
-        "envbuild.cudawheels",
+        "envbuild.cuda.extensions",  # only --compile-extensions
+        "envbuild.cuda.wheels",
     }
     assert sorted(unused & loaded) == []

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from envbuild.cli import EXIT_BROKEN_PIPE, cli
-from envbuild.errors import UserError
+from envbuild.cli.main import EXIT_BROKEN_PIPE, cli
+from envbuild.core.errors import UserError
+from envbuild.core.versions import parse_version
 from envbuild.matrix import load_matrix
 from envbuild.resolver import parse_gpu
-from envbuild.versions import parse_version
 
 ROOT = Path(__file__).resolve().parents[2]
 HOSTS = ROOT / "tests" / "fixtures" / "hosts"
@@ -42,7 +42,7 @@ def test_closed_stdout_is_not_reported_as_a_bug() -> None:
     os.close(read_end)  # the reader has already gone: the first write fails with EPIPE
     try:
         proc = subprocess.run(
-            [sys.executable, "-c", "from envbuild.cli import main; main()", *RESOLVE_H100],
+            [sys.executable, "-c", "from envbuild.cli.main import main; main()", *RESOLVE_H100],
             stdout=write_end,
             stderr=subprocess.PIPE,
             text=True,
@@ -157,7 +157,7 @@ def test_driver_hint_does_not_offer_a_cuda_version_as_example() -> None:
 
 
 def test_require_cuda_failure_counts_brand_clauses_instead_of_listing_them() -> None:
-    from envbuild.lockfile import loads
+    from envbuild.lock.format import loads
 
     lock_dir = ROOT / "images" / "jax-train"
     lock = loads((lock_dir / "envbuild.lock").read_text(encoding="utf-8"))

@@ -1,5 +1,5 @@
-"""The compiled matrix in the user cache (envbuild.compiled, envbuild.matrix.load) and the
-cached dataclass code (envbuild.codecache): used when nothing changed, rebuilt when a matrix
+"""The compiled matrix in the user cache (envbuild.core.compiled, envbuild.matrix.load) and the
+cached dataclass code (envbuild.core.usercache): used when nothing changed, rebuilt when a matrix
 file, an overlay or the code that made it changed, ignored when corrupt or not the user's."""
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ from typing import Any
 
 import pytest
 
-from envbuild import codecache, compiled
 from envbuild import matrix as mx
+from envbuild.core import compiled
+from envbuild.core import usercache as codecache
+from envbuild.core.resources import matrix_dir
 from envbuild.matrix import parse
-from envbuild.resources import matrix_dir
 
 OLD = time.time() - 3600  # older than load.RACY_S: a file this old may be cached
 
@@ -230,7 +231,7 @@ def test_the_string_paths_name_what_the_path_helpers_name(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # `envbuild resolve` reads the compiled matrix through the string forms (no pathlib).
-    from envbuild import resources
+    from envbuild.core import resources
 
     monkeypatch.delenv("ENVBUILD_MATRIX_DIR", raising=False)
     assert resources.matrix_folder() == str(matrix_dir())

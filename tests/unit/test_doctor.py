@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from envbuild import doctor
-from envbuild.cli import cli
-from envbuild.lockfile import dumps
+from envbuild.cli.main import cli
+from envbuild.lock.format import dumps
+from envbuild.preflight import doctor
 from tests.unit.test_validate import HOSTS, facts, make_lock
 
 

@@ -12,13 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from envbuild import builder_stage, extensions, pydeps
-from envbuild.app import source_lock
-from envbuild.buildlog import compile_failure
-from envbuild.errors import LockError, UnsatisfiableError
-from envbuild.lockfile import dumps, loads
-from envbuild.models import ExtensionBuild, LockedPackage, Request
-from envbuild.render import RenderOptions, build_context, requirements_text
+from envbuild.app import lock_source as source_lock
+from envbuild.build.buildlog import compile_failure
+from envbuild.core.errors import LockError, UnsatisfiableError
+from envbuild.core.models import ExtensionBuild, LockedPackage, Request
+from envbuild.cuda import extensions
+from envbuild.lock import pins as pydeps
+from envbuild.lock.format import dumps, loads
+from envbuild.render import builder_stage
+from envbuild.render.dockerfile import RenderOptions, build_context, requirements_text
 from tests.sdist import make_sdist
 
 REPO = Path(__file__).resolve().parents[2]
@@ -284,9 +286,9 @@ def test_the_committed_sdist_is_made_from_the_committed_source() -> None:
 
 
 def test_plain_stacks_compile_with_toolkit_wheels_from_cuda_13_only() -> None:
+    from envbuild.core.models import Stack, Unsatisfiable
     from envbuild.matrix import load_matrix_from
-    from envbuild.models import Stack, Unsatisfiable
-    from envbuild.request import request_from_flags
+    from envbuild.request.parse import request_from_flags
     from envbuild.resolver import resolve
 
     matrix = load_matrix_from(None)
@@ -313,7 +315,7 @@ def test_plain_stacks_compile_with_toolkit_wheels_from_cuda_13_only() -> None:
 
 
 def test_a_devel_builder_compiles_with_its_own_nvcc() -> None:
-    from envbuild.render import render_dockerfile
+    from envbuild.render.dockerfile import render_dockerfile
 
     lock = loads((EXAMPLE / "envbuild.lock").read_text())
     assert lock.build is not None

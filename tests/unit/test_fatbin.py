@@ -12,7 +12,7 @@ import pytest
 
 from envbuild.payload import fatbin, smoke_ext
 from envbuild.payload import smoke_checks as ck
-from envbuild.smoke import evaluate
+from envbuild.smoke.plan import evaluate
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "fatbin"
 

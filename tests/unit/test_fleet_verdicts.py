@@ -12,14 +12,14 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from envbuild import validate as v
-from envbuild.cli import cli
-from envbuild.errors import UserError
-from envbuild.fleet import FleetView, fleet_view
-from envbuild.hostinfo import host_from_facts, load_facts_file
-from envbuild.lockfile import loads
+from envbuild.cli.main import cli
+from envbuild.core.errors import UserError
+from envbuild.core.models import Host, HostGpu, Lock
+from envbuild.host.probe import host_from_facts, load_facts_file
+from envbuild.lock.format import loads
 from envbuild.matrix import Matrix, load_matrix
-from envbuild.models import Host, HostGpu, Lock
+from envbuild.preflight import validate as v
+from envbuild.preflight.fleet import FleetView, fleet_view
 
 ROOT = Path(__file__).resolve().parents[2]
 HOSTS = ROOT / "tests" / "fixtures" / "hosts"

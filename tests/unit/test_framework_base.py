@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from envbuild import framework_base as fb
-from envbuild.archs import sort_archs
-from envbuild.errors import RequestError, UnsatisfiableError, UserError
-from envbuild.lockfile import dumps, loads
+from envbuild.core.errors import RequestError, UnsatisfiableError, UserError
+from envbuild.core.models import BaseFacts, Lock, LockedPackage, Request, SmokeSettings, Targets
+from envbuild.cuda.archs import sort_archs
+from envbuild.lock.format import dumps, loads
 from envbuild.matrix import load_matrix_from
-from envbuild.models import BaseFacts, Lock, LockedPackage, Request, SmokeSettings, Targets
-from envbuild.render import RenderOptions, constraints_text, render_dockerfile
-from envbuild.request import parse_request
+from envbuild.render.dockerfile import RenderOptions, constraints_text, render_dockerfile
+from envbuild.request.parse import parse_request
+from envbuild.resolver import base as fb
 
 RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "bases"
 CPU_PROBE = (RECORDED / "cpu-torch-2.13.0-debian12.txt").read_text()

@@ -8,9 +8,9 @@ import dataclasses
 import subprocess
 from pathlib import Path
 
-from envbuild.buildlog import compile_failure
+from envbuild.build.buildlog import compile_failure
 from envbuild.matrix import load_matrix_from
-from envbuild.render import RenderOptions, build_context, render_dockerfile
+from envbuild.render.dockerfile import RenderOptions, build_context, render_dockerfile
 from tests.golden import fixtures
 
 REPO = Path(__file__).resolve().parents[2]
@@ -58,7 +58,7 @@ def test_only_sources_means_no_requirements_to_install(tmp_path: Path) -> None:
 
 
 def _key(lock: fixtures.Lock) -> str:
-    from envbuild.builder_stage import cache_key
+    from envbuild.render.builder_stage import cache_key
 
     return cache_key(lock, lock.packages[0])
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from envbuild.errors import UserError
-from envbuild.gpu_attach import (
+from envbuild.core.errors import UserError
+from envbuild.host.gpu_attach import (
     Attachment,
     EngineGpuFacts,
     choose,
@@ -20,7 +20,7 @@ from envbuild.gpu_attach import (
     parse_devices,
     unavailable_message,
 )
-from envbuild.hostinfo import parse_cdi_spec, parse_docker_info
+from envbuild.host.probe import parse_cdi_spec, parse_docker_info
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 ENGINES = sorted((FIXTURES / "engines").glob("*.json"))

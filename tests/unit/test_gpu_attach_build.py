@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from envbuild.build import build_and_verify
-from envbuild.cli import cli
-from envbuild.errors import GpuUnavailableError
-from envbuild.gpu_attach import GpuChoice
+from envbuild.build.pipeline import build_and_verify
+from envbuild.cli.main import cli
+from envbuild.core.errors import GpuUnavailableError
+from envbuild.host.gpu_attach import GpuChoice
 from tests.unit.test_build import OK_RUN, FakeEngine, make_job, passing
 
 

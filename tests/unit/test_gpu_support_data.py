@@ -16,9 +16,9 @@ from packaging.version import Version
 
 from envbuild import matrix as mx
 from envbuild.app import lock as lock_use_case
-from envbuild.errors import LockError
-from envbuild.render import RenderOptions, render_dockerfile
-from envbuild.resources import matrix_dir
+from envbuild.core.errors import LockError
+from envbuild.core.resources import matrix_dir
+from envbuild.render.dockerfile import RenderOptions, render_dockerfile
 from tests.golden import fixtures
 
 

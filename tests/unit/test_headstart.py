@@ -1,4 +1,4 @@
-"""envbuild/headstart.py: the kept command starts at once and its result is taken only when
+"""envbuild/lock/headstart.py: the kept command starts at once and its result is taken only when
 the command the lock then builds is the same one.
 
 "uv" here is a real child process (this interpreter running a short script that writes the
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from envbuild import headstart
-from envbuild.pydeps import Runner, RunResult
-from envbuild.uvenv import isolated_env
+from envbuild.lock import headstart
+from envbuild.lock.pins import Runner, RunResult
+from envbuild.lock.uvenv import isolated_env
 
 # Writes pylock.toml from requirements.in (so the output shows which input it read), prints a
 # line on each stream and exits with the code given as its first argument.

@@ -1,4 +1,4 @@
-"""envbuild/versions.py `held_satisfies`: the one rule by which a framework base's installed
+"""envbuild/core/versions.py `held_satisfies`: the one rule by which a framework base's installed
 build (probed or from an NGC row) meets a requirement's range, for the framework
 (framework_base.py) and for the request's other packages (app/base_extras.py) alike."""
 
@@ -8,7 +8,7 @@ import pytest
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from envbuild.versions import held_satisfies
+from envbuild.core.versions import held_satisfies
 
 CASES = [
     # NGC 25.12's torch (matrix/ngc.toml) is a pre-release of 2.10.0 with a local label.

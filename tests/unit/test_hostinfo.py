@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from envbuild import hostinfo
-from envbuild.errors import NoGpuError, UserError
+from envbuild.core.errors import NoGpuError, UserError
+from envbuild.host import probe as hostinfo
 
 HOSTS = Path(__file__).resolve().parents[1] / "fixtures" / "hosts"
 
@@ -293,7 +293,7 @@ def test_hostinfo_imports_no_heavy_module() -> None:
     import sys
 
     code = (
-        "import sys, envbuild.hostinfo; "
+        "import sys, envbuild.host.probe; "
         "bad = [m for m in ('pynvml', 'docker', 'jinja2', 'tomlkit', 'requests') "
         "if m in sys.modules]; print(bad)"
     )

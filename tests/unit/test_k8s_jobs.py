@@ -16,8 +16,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from envbuild import reports
-from envbuild.cli import cli
+from envbuild.cli.main import cli
+from envbuild.preflight import reports
 
 ROOT = Path(__file__).resolve().parents[2]
 HOSTS = ROOT / "tests" / "fixtures" / "hosts"

@@ -20,10 +20,14 @@ from typing import Any
 
 import pytest
 
-from envbuild import buildlog, fsio, lockfile
 from envbuild.app import inputs
 from envbuild.app import lock as lock_use_case
-from envbuild.errors import LockEditedError, LockError, MatrixError, PinError, StaleLockError
+from envbuild.build import buildlog
+from envbuild.core import fsio
+from envbuild.core.errors import LockEditedError, LockError, MatrixError, PinError, StaleLockError
+from envbuild.core.models import BaseImage, Floors, FrameworkPick, Stack
+from envbuild.lock import format as lockfile
+from envbuild.lock.pins import RunResult
 from envbuild.matrix import (
     Arch,
     CudaImage,
@@ -34,9 +38,7 @@ from envbuild.matrix import (
     Matrix,
     OsImage,
 )
-from envbuild.models import BaseImage, Floors, FrameworkPick, Stack
-from envbuild.pydeps import RunResult
-from envbuild.request import parse_request
+from envbuild.request.parse import parse_request
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "pydeps"
 GOLDEN = FIXTURES / "golden-demo.envbuild.lock"
@@ -159,9 +161,9 @@ def install_fakes(
     uv: FakeUv | None = None,
 ) -> FakeUv:
     """Fixed matrix, resolver answer, uv output and an unreachable registry."""
+    import envbuild.engine.registry
+    import envbuild.lock.pins
     import envbuild.matrix
-    import envbuild.pydeps
-    import envbuild.registry
     import envbuild.resolver
 
     fixed_matrix = matrix or demo_matrix()
@@ -169,9 +171,9 @@ def install_fakes(
     fake = uv or FakeUv()
     monkeypatch.setattr(envbuild.matrix, "load_matrix_from", lambda overlay: fixed_matrix)
     monkeypatch.setattr(envbuild.resolver, "resolve", lambda req, m, hosts=(): fixed_stack)
-    monkeypatch.setattr(envbuild.pydeps, "run_subprocess", fake)
-    monkeypatch.setattr(envbuild.pydeps, "find_uv", lambda: "uv")
-    monkeypatch.setattr(envbuild.registry, "registry_digest", lambda ref, timeout=5.0: None)
+    monkeypatch.setattr(envbuild.lock.pins, "run_subprocess", fake)
+    monkeypatch.setattr(envbuild.lock.pins, "find_uv", lambda: "uv")
+    monkeypatch.setattr(envbuild.engine.registry, "registry_digest", lambda ref, timeout=5.0: None)
     return fake
 
 
@@ -374,7 +376,7 @@ def test_framework_index_goes_first_among_extra_indexes(
 
 
 def test_reuploaded_files_are_named_as_such() -> None:
-    from envbuild.models import LockedPackage
+    from envbuild.core.models import LockedPackage
 
     old = [LockedPackage("torch", "2.10.0", ("sha256:" + "a" * 64,), "https://pypi.org/simple")]
     new = [LockedPackage("torch", "2.10.0", ("sha256:" + "b" * 64,), "https://pypi.org/simple")]
@@ -513,7 +515,7 @@ _SLOW_WRITER = textwrap.dedent(
     """
     import os, sys, time
     from pathlib import Path
-    from envbuild import fsio
+    from envbuild.core import fsio
     real_fsync = os.fsync
     def slow_fsync(fd):
         Path(sys.argv[2]).write_text("in fsync")

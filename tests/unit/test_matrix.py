@@ -12,8 +12,8 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from envbuild import matrix as mx
-from envbuild.errors import MatrixError
-from envbuild.resources import matrix_dir
+from envbuild.core.errors import MatrixError
+from envbuild.core.resources import matrix_dir
 
 REAL = matrix_dir()
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from envbuild.cli import cli
-from envbuild.resources import matrix_dir
+from envbuild.cli.main import cli
+from envbuild.core.resources import matrix_dir
 
 
 @pytest.fixture

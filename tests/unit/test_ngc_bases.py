@@ -38,16 +38,16 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from envbuild import framework_base as fb
-from envbuild.app import base_lock
-from envbuild.cli import cli
-from envbuild.engine import RunResult, RunSpec
-from envbuild.errors import EngineError, EnvbuildError, UnsatisfiableError, UserError
-from envbuild.lockfile import loads
+from envbuild.app import lock_base as base_lock
+from envbuild.cli.main import cli
+from envbuild.core.errors import EngineError, EnvbuildError, UnsatisfiableError, UserError
+from envbuild.core.models import Request, Targets
+from envbuild.core.resources import matrix_dir
+from envbuild.engine.protocol import RunResult, RunSpec
+from envbuild.lock.format import loads
 from envbuild.matrix import check_files, clear_cache, load_matrix_from, read_matrix_files
-from envbuild.models import Request, Targets
-from envbuild.render import RenderOptions, render_dockerfile
-from envbuild.resources import matrix_dir
+from envbuild.render.dockerfile import RenderOptions, render_dockerfile
+from envbuild.resolver import base as fb
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -123,9 +123,9 @@ def test_there_are_cases_and_each_cites_its_fact() -> None:
 
 @pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])
 def test_case(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import envbuild.registry
+    import envbuild.engine.registry
 
-    monkeypatch.setattr(envbuild.registry, "registry_digest", lambda ref, timeout=5.0: None)
+    monkeypatch.setattr(envbuild.engine.registry, "registry_digest", lambda ref, timeout=5.0: None)
     case = tomllib.loads(path.read_text(encoding="utf-8"))
     request, expect = _request(case["request"]), case["expect"]
     ngc = MATRIX.ngc_image(request.base or "")
@@ -259,10 +259,12 @@ def test_lock_without_an_engine_records_the_row(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import envbuild.app.inputs
-    import envbuild.registry
+    import envbuild.engine.registry
 
     digest = "sha256:" + "b" * 64
-    monkeypatch.setattr(envbuild.registry, "registry_digest", lambda ref, timeout=5.0: digest)
+    monkeypatch.setattr(
+        envbuild.engine.registry, "registry_digest", lambda ref, timeout=5.0: digest
+    )
     monkeypatch.setattr(envbuild.app.inputs, "make_engine", lambda **kw: Unreachable())
     image = tmp_path / "ngc"
     image.mkdir()

@@ -16,11 +16,11 @@ from typing import Any, cast
 import pytest
 from click.testing import CliRunner
 
-from envbuild import hostinfo
 from envbuild.app import validate as validate_use_case
-from envbuild.cli import cli
-from envbuild.engine import ContainerEngine
-from envbuild.errors import UserError
+from envbuild.cli.main import cli
+from envbuild.core.errors import UserError
+from envbuild.engine.protocol import ContainerEngine
+from envbuild.host import probe as hostinfo
 from tests.unit.test_validate_cli import FakeEngine
 
 ROOT = Path(__file__).resolve().parents[2]

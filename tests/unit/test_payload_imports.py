@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from envbuild.core.resources import payload_dir
 from envbuild.payload import smoke_checks as ck
-from envbuild.resources import payload_dir
 
 ALLOWED = {"torch", "jax", "tensorflow", "pynvml", "numpy"}
 SIBLINGS = {p.stem for p in payload_dir().glob("*.py")}

@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from envbuild import smoke
 from envbuild.app import smoke as smoke_use_case
+from envbuild.core.resources import payload_dir
 from envbuild.matrix import Matrix
 from envbuild.payload import smoke_checks as ck
-from envbuild.resources import payload_dir
+from envbuild.smoke import plan as smoke
 
 TORCH_PYTHON = os.environ.get("ENVBUILD_TEST_TORCH_PYTHON", "")
 

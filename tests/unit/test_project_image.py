@@ -1,6 +1,6 @@
-"""A project in the image: which files go into the build context (envbuild/sourcetree.py),
-the Dockerfile values of `[project]` (envbuild/project.py), and the project's own smoke step
-run after the payload over a fake engine (envbuild/project_smoke.py through build.py)."""
+"""A project in the image: which files go into the build context (envbuild/request/sourcetree.py),
+the Dockerfile values of `[project]` (envbuild/request/project.py), and the project's own smoke step
+run after the payload over a fake engine (envbuild/smoke/project_step.py through build.py)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from envbuild import sourcetree
-from envbuild.build import REPORT_LABEL, build_and_verify
-from envbuild.engine import RunResult, RunSpec
-from envbuild.errors import RequestError, SmokeFailed, UserError
-from envbuild.models import ProjectSettings
-from envbuild.project import template_values
-from envbuild.render import RenderOptions, build_context, render_dockerfile
+from envbuild.build.pipeline import REPORT_LABEL, build_and_verify
+from envbuild.core.errors import RequestError, SmokeFailed, UserError
+from envbuild.core.models import ProjectSettings
+from envbuild.engine.protocol import RunResult, RunSpec
+from envbuild.render.dockerfile import RenderOptions, build_context, render_dockerfile
+from envbuild.request import sourcetree
+from envbuild.request.project import template_values
 from tests.golden import fixtures
 from tests.unit.test_build import OK_RUN, FakeEngine, make_job, passing
 from tests.unit.test_lockfile import demo_matrix

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from envbuild import lockfile
 from envbuild.app import lock as lock_use_case
-from envbuild.errors import PinError, RequestError, StaleLockError, UnsatisfiableError
-from envbuild.pydeps import RunResult
+from envbuild.core.errors import PinError, RequestError, StaleLockError, UnsatisfiableError
+from envbuild.lock import format as lockfile
+from envbuild.lock.pins import RunResult
 from tests.unit.test_lockfile import DEMO_REQUEST, FakeUv, demo_matrix, install_fakes, make_image
 
 UV = Path(sys.executable).parent / "uv"
@@ -258,7 +258,7 @@ def _uv_lock_image(
     if not UV.is_file():
         pytest.skip("uv is not installed next to this Python (it is in envbuild's dev extra)")
     image, uv = setup(monkeypatch, tmp_path, "", **kw)
-    monkeypatch.setattr("envbuild.pydeps.find_uv", lambda: str(UV))
+    monkeypatch.setattr("envbuild.lock.pins.find_uv", lambda: str(UV))
     project = tmp_path / "trainer"
     project.mkdir()
     for name in ("pyproject.toml", "uv.lock"):
@@ -357,7 +357,7 @@ def test_uv_conflict_is_worded_for_the_uv_lock(
             "unsatisfiable.\n",
         )
 
-    monkeypatch.setattr("envbuild.pydeps.run_subprocess", no_solution)
+    monkeypatch.setattr("envbuild.lock.pins.run_subprocess", no_solution)
     with pytest.raises(UnsatisfiableError) as info:
         lock_use_case.lock_image(image)
     assert info.value.message.startswith(

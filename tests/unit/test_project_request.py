@@ -1,13 +1,13 @@
 """The request keys of a project: `[packages] files/extras/groups`, `[project]`, `[smoke]
-command` (envbuild/project.py), parsed strictly like the rest of envbuild.toml."""
+command` (envbuild/request/project.py), parsed strictly like the rest of envbuild.toml."""
 
 from __future__ import annotations
 
 import pytest
 
-from envbuild.errors import RequestError
-from envbuild.models import DependencyFiles, ProjectSettings, Request
-from envbuild.request import canonical_request_json, parse_request
+from envbuild.core.errors import RequestError
+from envbuild.core.models import DependencyFiles, ProjectSettings, Request
+from envbuild.request.parse import canonical_request_json, parse_request
 
 HEAD = '[framework]\nrequirement = "torch"\n'
 

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from envbuild import pydeps
-from envbuild.cudawheels import cuda_libs
-from envbuild.errors import PinError, UnsatisfiableError
-from envbuild.models import LockedPackage
-from envbuild.pydeps import PinRequest, RunResult
+from envbuild.core.errors import PinError, UnsatisfiableError
+from envbuild.core.models import LockedPackage
+from envbuild.cuda.wheels import cuda_libs
+from envbuild.lock import pins as pydeps
+from envbuild.lock.pins import PinRequest, RunResult
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "pydeps"
 TORCH_210 = FIXTURES / "uv-torch-2.10.0-py312-x86_64.pylock.toml"
@@ -80,7 +80,7 @@ def test_parse_skips_packages_whose_marker_excludes_the_target() -> None:
         'hashes = { sha256 = "' + "2" * 64 + '" } }\n'
     )
     (pkg,) = pydeps.parse_pylock(text, _req())
-    # Only an sdist: marked so (the builder stage compiles it; envbuild/app/source_lock.py).
+    # Only an sdist: marked so (the builder stage compiles it; envbuild/app/lock_source.py).
     assert pkg == LockedPackage(
         "b-c", "2", ("sha256:" + "2" * 64,), "https://pypi.org/simple", sdist=True
     )

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from envbuild import pydeps
 from envbuild.app import lock as lock_use_case
-from envbuild.pydeps import RunResult
-from envbuild.request import load_request
+from envbuild.lock import pins as pydeps
+from envbuild.lock.pins import RunResult
+from envbuild.request.parse import load_request
 from tests.unit.test_lockfile import DEMO_REQUEST, FakeUv, install_fakes, make_image
 
 UV_PIN = """

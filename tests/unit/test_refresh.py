@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from envbuild import refresh
 from envbuild.matrix import (
     CudaImage,
     FrameworkBuild,
@@ -21,6 +20,7 @@ from envbuild.matrix import (
     Matrix,
     OsImage,
     collect,
+    refresh,
 )
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "refresh"

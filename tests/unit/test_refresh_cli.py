@@ -12,12 +12,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from envbuild import pypi
 from envbuild.app import matrix as matrix_use_case
-from envbuild.cli import cli
-from envbuild.errors import SourceUnreachableError
+from envbuild.cli.main import cli
+from envbuild.core.errors import SourceUnreachableError
 from envbuild.matrix import collect, read_matrix_files
-from envbuild.refresh import RefreshResult
+from envbuild.matrix.refresh import RefreshResult, pypi
 
 from .test_refresh_pypi import FakeSession
 

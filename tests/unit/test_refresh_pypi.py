@@ -1,4 +1,4 @@
-"""The HTTP edge of `matrix refresh` (envbuild.pypi) without a network: a fake session serves
+"""The HTTP edge of `matrix refresh` (envbuild.matrix.refresh.pypi) without a network: a fake session serves
 recorded files (and byte ranges of a real, recorded wheel)."""
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 import requests
 
-from envbuild import pypi, refresh
-from envbuild.errors import SourceUnreachableError
+from envbuild.core.errors import SourceUnreachableError
+from envbuild.matrix import refresh
+from envbuild.matrix.refresh import pypi
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "refresh"
 WHEEL_NAME = "cuda_toolkit-12.8.1-py2.py3-none-any.whl"

@@ -1,4 +1,4 @@
-"""envbuild.registry: the lock rule for base digests (the lookup is a stand-in) and when no
+"""envbuild.engine.registry: the lock rule for base digests (the lookup is a stand-in) and when no
 registry is asked (a name look-up of a `.invalid` host at most; no HTTP)."""
 
 from __future__ import annotations
@@ -7,12 +7,12 @@ import os
 
 import pytest
 
-from envbuild import registry
-from envbuild.registry import lock_digest
+from envbuild.engine import registry
+from envbuild.engine.registry import lock_digest
 
 
 def test_lock_digest_keeps_the_previous_one_else_asks_unless_offline() -> None:
-    """One rule for both lock paths (envbuild.app.lock and envbuild.app.base_lock)."""
+    """One rule for both lock paths (envbuild.app.lock and envbuild.app.lock_base)."""
     asked: list[str] = []
 
     def lookup(ref: str) -> str | None:

@@ -1,5 +1,5 @@
 """render.py and the templates: goldens, the toolkit contract, guarded installs, user templates,
-the build context. Locks are built directly from envbuild.models (tests/golden/fixtures.py)."""
+the build context. Locks are built directly from envbuild.core.models (tests/golden/fixtures.py)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from envbuild import render
-from envbuild.errors import UserError
-from envbuild.lockfile import lock_sha256
-from envbuild.render import RenderOptions, render_dockerfile
+from envbuild.core.errors import UserError
+from envbuild.lock.format import lock_sha256
+from envbuild.render import dockerfile as render
+from envbuild.render.dockerfile import RenderOptions, render_dockerfile
 from tests.golden import fixtures, regenerate
 
 GOLDEN = regenerate.GOLDEN_DIR
@@ -120,7 +120,7 @@ def test_gpu_image_carries_the_toolkit_variables(kind: str, buildkit: bool) -> N
 
 @pytest.mark.parametrize("image_dir", regenerate.example_dirs(), ids=lambda p: p.name)
 def test_every_example_keeps_the_toolkit_contract(image_dir: Path) -> None:
-    from envbuild.lockfile import loads
+    from envbuild.lock.format import loads
 
     text = (image_dir / "envbuild.lock").read_text(encoding="utf-8")
     lock = loads(text)
@@ -259,7 +259,7 @@ def test_only_indexes_a_locked_package_came_from_are_searched(make: object, loca
 
 @pytest.mark.parametrize("image_dir", regenerate.example_dirs(), ids=lambda p: p.name)
 def test_examples_search_only_the_indexes_of_their_packages(image_dir: Path) -> None:
-    from envbuild.lockfile import loads
+    from envbuild.lock.format import loads
 
     lock = loads((image_dir / "envbuild.lock").read_text(encoding="utf-8"))
     sources = {p.source for p in lock.packages} | set(lock.indexes.extra_index_urls)
@@ -563,7 +563,7 @@ def test_cli_writes_the_context_as_a_folder_and_replaces_an_earlier_one(
 ) -> None:
     from click.testing import CliRunner
 
-    from envbuild.cli import cli
+    from envbuild.cli.main import cli
 
     ctx = tmp_path / "ctx"
     for _ in range(2):  # the second run replaces the first context
@@ -579,7 +579,7 @@ def test_cli_refuses_to_overwrite_a_folder_that_is_not_a_context(
 ) -> None:
     from click.testing import CliRunner
 
-    from envbuild.cli import cli
+    from envbuild.cli.main import cli
 
     other = tmp_path / "precious"
     other.mkdir()
@@ -592,7 +592,7 @@ def test_cli_refuses_to_overwrite_a_folder_that_is_not_a_context(
 def test_cli_writes_the_context_as_a_reproducible_tar(locked_dir: Path, tmp_path: Path) -> None:
     from click.testing import CliRunner
 
-    from envbuild.cli import cli
+    from envbuild.cli.main import cli
 
     tars = []
     for name in ("one.tar", "two.tar"):
@@ -609,7 +609,7 @@ def test_cli_writes_the_context_as_a_reproducible_tar(locked_dir: Path, tmp_path
 def test_cli_without_a_lock_stops_with_the_command_to_run(tmp_path: Path) -> None:
     from click.testing import CliRunner
 
-    from envbuild.cli import cli
+    from envbuild.cli.main import cli
 
     (tmp_path / "envbuild.toml").write_text('[framework]\nrequirement = "torch"\n')
     result = CliRunner().invoke(cli, ["render", str(tmp_path)])

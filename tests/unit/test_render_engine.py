@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from envbuild import render
-from envbuild.lockfile import lock_sha256
+from envbuild.core.models import LockedPackage
+from envbuild.lock.format import lock_sha256
 from envbuild.matrix import Matrix
-from envbuild.models import LockedPackage
+from envbuild.render import dockerfile as render
 from tests.golden import fixtures
 
 pytestmark = [pytest.mark.engine, pytest.mark.network]

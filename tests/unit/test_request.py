@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.errors import RequestError
-from envbuild.models import Indexes, Request, SmokeSettings, Targets
-from envbuild.request import (
+from envbuild.core.errors import RequestError
+from envbuild.core.models import Indexes, Request, SmokeSettings, Targets
+from envbuild.request.parse import (
     SCHEMA,
     canonical_request_json,
     load_request,

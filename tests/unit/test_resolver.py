@@ -15,8 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from envbuild.archs import covers
-from envbuild.errors import UserError
+from envbuild.core.errors import UserError
+from envbuild.core.models import Host, HostGpu, Request, Stack, Targets, Unsatisfiable
+from envbuild.cuda.archs import covers
 from envbuild.matrix import (
     Arch,
     CudaImage,
@@ -27,8 +28,7 @@ from envbuild.matrix import (
     Matrix,
     OsImage,
 )
-from envbuild.models import Host, HostGpu, Request, Stack, Targets, Unsatisfiable
-from envbuild.request import check_request
+from envbuild.request.parse import check_request
 from envbuild.resolver import (
     parse_gpu,
     resolve,
@@ -566,7 +566,7 @@ def test_every_stack_runs_on_every_target(
 ) -> None:
     from packaging.version import Version
 
-    from envbuild.archs import coverage
+    from envbuild.cuda.archs import coverage
 
     r = req(framework, gpus, driver=driver, compat="strict" if strict else "minor")
     result = resolve(r, M)

@@ -37,8 +37,8 @@ from hypothesis import strategies as st
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from envbuild.errors import UserError
-from envbuild.models import Stack, Unsatisfiable
+from envbuild.core.errors import UserError
+from envbuild.core.models import Stack, Unsatisfiable
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -176,7 +176,7 @@ def test_every_stack_runs_on_every_target(
     gpus: list[str], driver: str | None, framework: str, strict: bool
 ) -> None:
     from envbuild.app import resolve as resolve_use_case
-    from envbuild.archs import coverage
+    from envbuild.cuda.archs import coverage
     from envbuild.matrix import load_matrix
     from envbuild.resolver import parse_gpu
 

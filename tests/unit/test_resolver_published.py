@@ -17,10 +17,10 @@ import pytest
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from envbuild import lockfile
 from envbuild.app import resolve as resolve_use_case
+from envbuild.core.models import Stack
+from envbuild.lock import format as lockfile
 from envbuild.matrix import Matrix, load_matrix
-from envbuild.models import Stack
 
 if sys.version_info >= (3, 11):
     import tomllib

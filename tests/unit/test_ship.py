@@ -14,13 +14,13 @@ import pytest
 from click.testing import CliRunner
 
 from envbuild.app import image, inputs
-from envbuild.build import ImageOutcome
-from envbuild.cli import cli
-from envbuild.engine import ProgressFn
-from envbuild.errors import RegistryError, SmokeFailed, UserError
-from envbuild.registry import push_error, push_kind, split_tag
-from envbuild.render import BuildInputs
-from envbuild.smoke import SmokeJudgement
+from envbuild.build.pipeline import ImageOutcome
+from envbuild.cli.main import cli
+from envbuild.core.errors import RegistryError, SmokeFailed, UserError
+from envbuild.engine.protocol import ProgressFn
+from envbuild.engine.registry import push_error, push_kind, split_tag
+from envbuild.render.dockerfile import BuildInputs
+from envbuild.smoke.plan import SmokeJudgement
 from tests.unit.test_build import FAIL_RUN, OK_RUN, FakeEngine, failing, make_job, passing
 
 DIGEST = "sha256:" + "d" * 64
@@ -172,7 +172,7 @@ def test_podman_engine_choice(monkeypatch: pytest.MonkeyPatch) -> None:
 def _shipped_outcome() -> ImageOutcome:
     from dataclasses import replace
 
-    from envbuild.build import build_and_verify
+    from envbuild.build.pipeline import build_and_verify
 
     engine = ShipEngine(run_result=OK_RUN)
     report = {"ok": True, "device": "cpu", "checks": []}
@@ -230,8 +230,8 @@ def test_engine_comes_from_the_flag_or_envbuild_engine(
 
 
 def test_buildah_steps_behind_podman_are_read_like_dockers() -> None:
-    from envbuild.docker_engine import BuildStream
-    from envbuild.errors import BuildError
+    from envbuild.core.errors import BuildError
+    from envbuild.engine.docker import BuildStream
 
     stream = BuildStream(lambda _: None)
     stream.feed({"stream": "STEP 1/9: FROM 127.0.0.1:5000/base:1@sha256:" + "a" * 64 + "\n"})

@@ -1,4 +1,4 @@
-"""envbuild.smoke: the plan from a lock, the report parser, and the verdict (pure)."""
+"""envbuild.smoke.plan: the plan from a lock, the report parser, and the verdict (pure)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,8 @@ from typing import Any
 
 import pytest
 
-from envbuild import smoke
-from envbuild.errors import SmokeFailed
-from envbuild.matrix import GpuBaseline, Matrix
-from envbuild.models import (
+from envbuild.core.errors import SmokeFailed
+from envbuild.core.models import (
     BaseImage,
     Floors,
     FrameworkPick,
@@ -23,7 +21,9 @@ from envbuild.models import (
     Stack,
     Targets,
 )
+from envbuild.matrix import GpuBaseline, Matrix
 from envbuild.payload import smoke_checks as ck
+from envbuild.smoke import plan as smoke
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -249,7 +249,7 @@ def test_format_report_lists_failures_with_next_steps() -> None:
     r = _report()
     r["checks"][4] = ck.check("shm", 1, "fail", "/dev/shm 64 MiB (need 1024)", "--shm-size=1g")
     v = smoke.evaluate(r, PLAN)
-    from envbuild.commands.smoke import render
+    from envbuild.cli.commands.smoke import render
 
     text = render(r, v)
     lines = text.splitlines()
@@ -309,7 +309,7 @@ def test_committed_fault_reports_fail_for_the_right_reason() -> None:
 
 
 def test_smoke_containers_inherit_only_ncclish_settings() -> None:
-    from envbuild.smoke import passthrough_environment
+    from envbuild.smoke.plan import passthrough_environment
 
     environ = {
         "NCCL_NVLS_ENABLE": "0",

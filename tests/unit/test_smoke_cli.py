@@ -11,8 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from envbuild.app import smoke as smoke_use_case
-from envbuild.cli import cli
-from envbuild.errors import SmokeFailed
+from envbuild.cli.main import cli
+from envbuild.core.errors import SmokeFailed
 
 NO_TORCH = importlib.util.find_spec("torch") is None
 

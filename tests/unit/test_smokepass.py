@@ -1,4 +1,4 @@
-"""An image id that passed its smoke test on this host is not tested again (envbuild.smokepass,
+"""An image id that passed its smoke test on this host is not tested again (envbuild.build.passes,
 build_and_verify's `passes`): the output says when and where it passed, the tag is the one
 that pass gave, and `--resmoke`, another host key or an unreadable record runs the test."""
 
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from envbuild import smokepass
-from envbuild.build import REPORT_LABEL, ImageOutcome, build_and_verify
-from envbuild.commands.image import _print_outcome
-from envbuild.engine import BuildResult, ProgressFn
+from envbuild.build import passes as smokepass
+from envbuild.build.pipeline import REPORT_LABEL, ImageOutcome, build_and_verify
+from envbuild.cli.commands.image import _print_outcome
+from envbuild.engine.protocol import BuildResult, ProgressFn
 from tests.unit.test_build import OK_RUN, FakeEngine, lines, make_job, passing
 
 CANDIDATE = "sha256:" + "c" * 64

@@ -11,11 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from envbuild import reports
-from envbuild import validate as v
-from envbuild.fleet import fleet_view, unique_host_names
-from envbuild.hostinfo import host_from_facts
-from envbuild.models import (
+from envbuild.core.models import (
     BaseImage,
     Floors,
     FrameworkPick,
@@ -27,6 +23,10 @@ from envbuild.models import (
     Stack,
     Targets,
 )
+from envbuild.host.probe import host_from_facts
+from envbuild.preflight import reports
+from envbuild.preflight import validate as v
+from envbuild.preflight.fleet import fleet_view, unique_host_names
 
 HOSTS = Path(__file__).resolve().parents[1] / "fixtures" / "hosts"
 

@@ -14,12 +14,12 @@ import yaml
 from click.testing import CliRunner
 
 from envbuild.app import validate as validate_use_case
-from envbuild.cli import cli
-from envbuild.engine import RunResult, RunSpec
-from envbuild.errors import UserError
-from envbuild.gpu_attach import Attachment
-from envbuild.lockfile import dumps
-from envbuild.models import Lock
+from envbuild.cli.main import cli
+from envbuild.core.errors import UserError
+from envbuild.core.models import Lock
+from envbuild.engine.protocol import RunResult, RunSpec
+from envbuild.host.gpu_attach import Attachment
+from envbuild.lock.format import dumps
 from tests.unit.test_validate import HOSTS, make_lock
 
 FLEET = ("h200-healthy", "old-driver", "mismatch", "no-toolkit", "small-shm")

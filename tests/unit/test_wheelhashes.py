@@ -1,4 +1,4 @@
-"""Local wheelhouse hashes remembered from uv's own output (envbuild.wheelhashes): the next
+"""Local wheelhouse hashes remembered from uv's own output (envbuild.lock.wheelhashes): the next
 pin hands uv a links page with `#sha256=` so it does not hash the files again; a file that
 changed is a miss."""
 
@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from envbuild import pydeps, wheelhashes
-from envbuild.pydeps import PinRequest, RunResult
+from envbuild.lock import pins as pydeps
+from envbuild.lock import wheelhashes
+from envbuild.lock.pins import PinRequest, RunResult
 
 WHEEL = "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"
 DIGEST = "ab" * 32

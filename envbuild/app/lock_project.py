@@ -1,0 +1,81 @@
+"""The project part of `envbuild lock`: a request's `[packages] files` read, the framework
+range narrowed by what the project asks for, and conflicts worded as the project's.
+
+Kept apart from envbuild.app.lock so a request without project files never imports the
+project readers (their packaging imports cost `lock --check` time).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from envbuild.core.errors import UnsatisfiableError
+from envbuild.core.models import Request, Stack
+
+if TYPE_CHECKING:  # a real import would load the readers for every lock
+    from envbuild.lock.projectdeps import ProjectInputs
+
+
+def has_project_files(request: Request) -> bool:
+    installs = request.project is not None and request.project.install
+    return bool(request.dependency_files.files) or installs
+
+
+def read_inputs(image_dir: Path, request: Request) -> ProjectInputs | None:
+    """The project's requirement lines and file hashes; None for a request without them."""
+    if not has_project_files(request):
+        return None
+    from envbuild.lock import projectdeps
+
+    return projectdeps.read(image_dir, request)
+
+
+def resolve(
+    request: Request,
+    project: ProjectInputs | None,
+    resolve_stack: Callable[[Request], Stack],
+) -> Stack:
+    """The stack of `request` with the project's own range on the framework added; when only
+    that range makes it unsatisfiable, an error naming both sides and the ways out."""
+    if project is None:
+        return resolve_stack(request)
+    from envbuild.lock import projectdeps
+
+    narrowed = projectdeps.narrowed_framework(
+        request.framework, project, python=request.python, platform=request.platform
+    )
+    if narrowed == request.framework:
+        stack = resolve_stack(request)
+    else:
+        try:
+            stack = resolve_stack(dataclasses.replace(request, framework=narrowed))
+        except UnsatisfiableError as err:
+            try:
+                alone = resolve_stack(request)
+            except UnsatisfiableError:
+                raise err from None  # the request fails without the project too
+            reasons = [str(r) for r in err.fields.get("reasons", [])] or [err.message]
+            raise projectdeps.framework_conflict(
+                project,
+                request.framework,
+                version=alone.framework.version,
+                variant=alone.framework.variant,
+                reasons=reasons,
+            ) from None
+    projectdeps.check_python(project, stack.python)
+    return stack
+
+
+def pin_conflict(
+    err: UnsatisfiableError, project: ProjectInputs | None, stack: Stack
+) -> UnsatisfiableError:
+    """uv's "no solution" worded for a project: its pins against the stack's framework."""
+    if project is None:
+        return err
+    from envbuild.lock import projectdeps
+
+    fw = stack.framework
+    return projectdeps.explain_pin_conflict(err, project, f"{fw.name} {fw.version} {fw.variant}")

@@ -1,0 +1,129 @@
+"""Smoke passes recorded on this host: an image id that passed its smoke test here, on the same
+GPUs, driver and engine, with the same smoke settings, is not tested again (`envbuild image`
+says so and shows when and where it passed; `--resmoke` runs the test anyway).
+
+The image id covers everything inside the image (packages, payload, plan). What is not in it
+is the host key: this machine's name, the engine (kind, address, product and version), the
+NVIDIA driver and each GPU's UUID as NVML reports them (only for an engine on this machine:
+a remote engine's GPUs are its own, and its address stands for them), how GPUs are attached,
+the smoke settings given on the command line, and envbuild's version (it judges the report).
+
+One JSON file in the user cache folder, written atomically; an unreadable file is empty.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from envbuild.core import usercache as codecache
+
+FILE_NAME = "smoke-passes.json"
+MAX_ENTRIES = 500
+"""Passes kept; the oldest go first."""
+
+
+def _gpu_identity() -> list[str]:
+    """The driver and each GPU's UUID (name where NVML has no UUID), or why there are none."""
+    try:
+        import pynvml
+    except ImportError:
+        return ["no NVML bindings"]
+    from envbuild.host import probe as hostinfo
+    from envbuild.core.errors import NoGpuError
+
+    try:
+        driver, gpus = hostinfo.probe_driver(pynvml)
+    except NoGpuError:
+        return ["no NVIDIA driver"]
+    out = [f"driver {driver.get('version')}"]
+    out += [str(g.get("uuid") or g.get("name") or g.get("error")) for g in gpus]
+    return out
+
+
+def host_key(
+    *,
+    engine: str,
+    address: str,
+    server: Sequence[str],
+    local: bool,
+    settings: Mapping[str, Any],
+) -> tuple[str, str]:
+    """(key, where): the key of this host's passes for these settings, and where in words."""
+    import socket
+
+    from envbuild import __version__
+
+    host = socket.gethostname()
+    gpus = _gpu_identity() if local else ["the engine's own"]
+    facts = {
+        "host": host,
+        "engine": [engine, address, *server],
+        "gpus": gpus,
+        "settings": dict(settings),
+        "envbuild": __version__,
+    }
+    key = hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
+    product = " ".join(server) or engine
+    gpu_text = ", ".join(gpus[:3]) + (f" and {len(gpus) - 3} more" if len(gpus) > 3 else "")
+    return key, f"host {host}, {product} at {address}, {gpu_text}"
+
+
+class FileStore:
+    """The passes of one host key, in `<user cache>/smoke-passes.json`. `reuse=False`
+    (`--resmoke`) finds nothing but still records the new pass."""
+
+    def __init__(self, key: str, where: str, *, reuse: bool = True, path: Path | None = None):
+        self.key = key
+        self.where = where
+        self.reuse = reuse
+        self.path = path or Path(codecache.user_cache_dir()) / FILE_NAME
+
+    def _read(self) -> dict[str, Any]:
+        try:
+            with open(self.path, "rb") as f:
+                if not codecache.own_file(f.fileno()):
+                    return {}
+                data = json.loads(f.read())
+        except (OSError, ValueError):
+            return {}
+        passes = data.get("passes") if isinstance(data, dict) else None
+        return passes if isinstance(passes, dict) else {}
+
+    def find(self, image_id: str) -> Mapping[str, Any] | None:
+        if not self.reuse:
+            return None
+        entry = self._read().get(f"{self.key}/{image_id}")
+        ok = isinstance(entry, dict) and isinstance(entry.get("report_label"), str)
+        return entry if ok else None
+
+    def record(self, image_id: str, entry: Mapping[str, Any]) -> Mapping[str, Any]:
+        stamp = {"passed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        stored = {**entry, **stamp, "where": self.where}
+        self._write(f"{self.key}/{image_id}", stored)
+        return stored
+
+    def find_built(self, context_key: str) -> Mapping[str, Any] | None:
+        """The tagged image last built here from this context key and passed."""
+        if not self.reuse:
+            return None
+        entry = self._read().get(f"{self.key}/built/{context_key}")
+        ok = isinstance(entry, dict) and isinstance(entry.get("report_label"), str)
+        return entry if ok else None
+
+    def record_built(self, context_key: str, entry: Mapping[str, Any]) -> None:
+        self._write(f"{self.key}/built/{context_key}", dict(entry))
+
+    def _write(self, name: str, entry: Mapping[str, Any]) -> None:
+        passes = self._read()
+        passes[name] = dict(entry)
+        if len(passes) > MAX_ENTRIES:
+            newest = sorted(passes.items(), key=lambda kv: str(kv[1].get("passed_at", "")))
+            passes = dict(newest[-MAX_ENTRIES:])
+        text = json.dumps({"schema": 1, "passes": passes}, sort_keys=True, indent=1)
+        codecache.write_bytes(os.fspath(self.path), text.encode())

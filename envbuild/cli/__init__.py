@@ -1,0 +1,1 @@
+"""cli: see docs/design.md."""

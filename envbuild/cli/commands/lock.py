@@ -1,0 +1,187 @@
+"""`envbuild lock DIR`: pin the whole stack of an image folder into DIR/envbuild.lock."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from envbuild.cli import console
+from envbuild.cli.options import help_epilog, matrix_overlay
+
+if TYPE_CHECKING:
+    from envbuild.app.lock import LockOutcome
+    from envbuild.core.models import Lock
+
+
+@click.command(
+    "lock",
+    short_help="Pin the whole stack of an image folder into envbuild.lock.",
+    epilog=help_epilog(
+        [
+            "envbuild lock images/torch-train",
+            "envbuild lock --upgrade-package numpy images/torch-train",
+            "envbuild lock --check images/torch-train",
+        ],
+        [
+            (0, "written, unchanged, or (--check) fresh"),
+            (1, "nothing fits the request; or (--check) the lock is missing, stale or edited"),
+            (2, "bad input (envbuild.toml, flags, matrix)"),
+            (3, "pinning failed, or an index could not be reached"),
+        ],
+    ),
+)
+# A str, not a pathlib.Path: pathlib's import would come before uv's head start.
+@click.argument("image_dir", metavar="DIR", type=click.Path())
+@click.option(
+    "--check",
+    is_flag=True,
+    help="No network: exit 0 if the lock is fresh, 1 if it is missing, stale or edited.",
+)
+@click.option("--upgrade", is_flag=True, help="Re-resolve everything; ignore previous picks.")
+@click.option(
+    "--upgrade-package",
+    "upgrade_packages",
+    multiple=True,
+    metavar="NAME",
+    help="Re-resolve NAME only (repeatable); other previous picks are kept.",
+)
+@click.option("--offline", is_flag=True, help="Use only the uv cache; fail if it is not enough.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout.")
+def command(
+    image_dir: str,
+    check: bool,
+    upgrade: bool,
+    upgrade_packages: tuple[str, ...],
+    offline: bool,
+    as_json: bool,
+) -> None:
+    """Resolve DIR/envbuild.toml against the matrix, pin every Python package with hashes for
+    the image's platform (delegated to uv), and write DIR/envbuild.lock when it changed.
+
+    Without --upgrade, previous picks that still satisfy the request are kept.
+    """
+    import os
+
+    from envbuild.lock import headstart
+
+    if check and (upgrade or upgrade_packages or offline):
+        from envbuild.core.errors import UserError
+
+        raise UserError(
+            "--check verifies the lock as it is; it cannot be combined with "
+            "--upgrade, --upgrade-package or --offline",
+            hint=f"run `envbuild lock --check {image_dir}` alone",
+        )
+    # uv starts before the lock path is even imported when this folder was locked the same
+    # way before (envbuild/lock/headstart.py says when its result is taken); --check runs no uv.
+    options = headstart.lock_options(upgrade, offline, upgrade_packages, os.environ)
+    # Started already by envbuild/cli/entry.py when it read the same folder and flags.
+    early = headstart.take_early(image_dir, options)
+    ahead = headstart.idle() if check else (early or headstart.begin(image_dir, options))
+    with ahead:
+        from pathlib import Path
+
+        from envbuild.app import lock
+        from envbuild.lock import pins as pydeps
+
+        outcome = lock.lock(
+            image_dir=Path(image_dir),
+            check=check,
+            upgrade=upgrade,
+            upgrade_packages=upgrade_packages,
+            offline=offline,
+            matrix_overlay=matrix_overlay(),
+            runner=ahead.runner(pydeps.run_subprocess),
+        )
+    if as_json:
+        _emit_json(outcome)
+        return
+    _print(outcome)
+
+
+def _emit_json(outcome: LockOutcome) -> None:
+    stack = outcome.lock.stack
+    console.emit_json(
+        {
+            "ok": True,
+            "status": outcome.status,
+            "path": str(outcome.path),
+            "input_hash": outcome.lock.input_hash,
+            "framework": {
+                "name": stack.framework.name,
+                "version": stack.framework.version,
+                "variant": stack.framework.variant,
+                "index_url": stack.framework.index_url,
+            },
+            "cuda": stack.cuda,
+            "cudnn": stack.cudnn,
+            "nccl": stack.nccl,
+            "python": stack.python,
+            "base_image": stack.base_image.ref,
+            "base_digest": outcome.lock.base_digest,
+            "packages": len(outcome.lock.packages),
+            "warnings": list(outcome.warnings),
+            "tool": outcome.tool or None,
+            "built_from_source": _built_from_source(outcome.lock),
+        }
+    )
+
+
+def _print(outcome: LockOutcome) -> None:
+    stack = outcome.lock.stack
+    for warning in outcome.warnings:
+        console.warn(warning)
+    fw = stack.framework
+    what = f"{fw.name} {fw.version} ({fw.variant})"
+    if outcome.status == "fresh":
+        console.line(f"{outcome.path}: fresh ({what}, {len(outcome.lock.packages)} packages)")
+        return
+    verb = "wrote" if outcome.status == "written" else "unchanged"
+    console.line(
+        f"{verb} {outcome.path}: {what}, CUDA {stack.cuda or '-'}, Python {stack.python}, "
+        f"{len(outcome.lock.packages)} packages"
+        + (f" pinned by {outcome.tool}" if outcome.tool else "")
+    )
+    console.line(
+        f"  base: {stack.base_image.ref}" + ("" if outcome.lock.base_digest else " (unpinned)")
+    )
+    for source in _built_from_source(outcome.lock):
+        console.line(
+            f"  from source: {source['name']} {source['version']} (no wheel fits; sdist "
+            f"{source['sha256']}, build requires {', '.join(source['build_requires']) or '-'}), "
+            f"compiled for {' '.join(source['cuda_archs'])} with {source['toolchain']}"
+        )
+
+
+def _built_from_source(lock: Lock) -> list[dict[str, Any]]:
+    """The packages the image compiles from their sdists, and how (the lock's [build])."""
+    build = lock.build
+    if build is None:
+        return []
+    if build.toolchain == "devel":
+        # A framework base compiles in a stage of itself (no separate devel builder image).
+        builder = lock.stack.base_image.builder or lock.stack.base_image.ref
+        toolchain = f"nvcc of {builder}"
+    else:
+        pins = {p.name: p.version for p in (*lock.packages, *build.packages)}
+        names = [
+            n
+            for n in build.toolchain_packages
+            if n.startswith(("cuda-toolkit", "nvidia-cuda-nvcc"))
+        ]
+        toolchain = (
+            "CUDA toolkit wheels (" + ", ".join(f"{n} {pins.get(n, '?')}" for n in names) + ")"
+        )
+    return [
+        {
+            "name": p.name,
+            "version": p.version,
+            "sha256": p.hashes[0] if p.hashes else "",
+            "build_requires": list(p.build_requires),
+            "cuda_archs": list(build.cuda_archs),
+            "toolchain": toolchain,
+        }
+        for p in lock.packages
+        if p.sdist
+    ]

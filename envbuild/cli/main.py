@@ -1,0 +1,245 @@
+"""The command line: parse, call one use case (`envbuild.app`), print.
+
+Commands live one per module in `envbuild/cli/commands/` and are imported only when invoked, so
+`envbuild --help` starts without importing jinja2, tomlkit, docker, pynvml or torch. This is
+the one place that maps errors to exit codes (see `envbuild.core.errors`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from envbuild import __version__
+from envbuild.cli.lazy import LazyGroup
+
+if TYPE_CHECKING:
+    from envbuild.core.errors import EnvbuildError
+
+# name -> (module, one-line help). Help is duplicated here so `--help` needs no imports.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "resolve": (
+        "envbuild.cli.commands.resolve",
+        "Pick a driver/CUDA/framework stack for the targets.",
+    ),
+    "lock": (
+        "envbuild.cli.commands.lock",
+        "Pin the whole stack of an image folder into envbuild.lock.",
+    ),
+    "render": (
+        "envbuild.cli.commands.render",
+        "Print or write the Dockerfile of a locked image folder.",
+    ),
+    "image": (
+        "envbuild.cli.commands.image",
+        "Build, smoke-test in the container, tag only on pass.",
+    ),
+    "smoke": ("envbuild.cli.commands.smoke", "Run the smoke payload on this host."),
+    "doctor": (
+        "envbuild.cli.commands.doctor",
+        "Check this GPU host: driver, GPUs, engine, /dev/shm.",
+    ),
+    "validate": (
+        "envbuild.cli.commands.validate",
+        "Check that an image or lock runs on this host or fleet.",
+    ),
+    "matrix": ("envbuild.cli.commands.matrix", "Check or refresh the compatibility matrix."),
+}
+
+EXIT_INTERNAL = 70  # EX_SOFTWARE: a bug in envbuild, not in the user's input
+# What a shell reports for a process killed by SIGPIPE (128 + 13): `envbuild render x | head`
+# ends like `cat file | head` would, not as "a bug in envbuild" (exit 70).
+EXIT_BROKEN_PIPE = 141
+EXIT_TERMINATED = 143  # what a shell reports for a process ended by SIGTERM (128 + 15)
+GC_THRESHOLD = 20_000
+"""New container objects between two young-generation collections in the CLI's process
+(Python's default: 700); see `main`."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (kill, timeout, systemd, a CI runner) raised as an exception, so every `finally`
+    and `with` on the way out runs: temp folders go, uv and containers are stopped (whatever
+    cleans up after Ctrl-C cleans up after SIGTERM too)."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    import signal
+
+    # A second SIGTERM while the first one's cleanup runs ends the process at once, quietly.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    raise Terminated()
+
+
+def report_error(err: EnvbuildError, *, as_json: bool) -> None:
+    """Print one error: JSON on stdout for --json, else a message and its next step on stderr."""
+    import json
+
+    from envbuild.core.documents import printable
+
+    if as_json:
+        click.echo(json.dumps(err.to_json(), sort_keys=True))
+        return
+
+    def safe(text: str) -> str:  # no terminal escapes from a quoted value (docs/reliability.md)
+        return "\n".join(printable(part) for part in text.split("\n"))
+
+    click.echo(f"error: {safe(err.message)}", err=True)
+    if err.hint:
+        click.echo(f"  next: {safe(err.hint)}", err=True)
+
+
+def report_usage_error(err: click.UsageError) -> None:
+    """A Click usage error (unknown option, missing argument, bad value) under --json: the same
+    error object every command prints, so a CI job parsing stdout gets JSON, not nothing."""
+    import json
+
+    where = err.ctx.command_path if err.ctx is not None else "envbuild"
+    doc = {
+        "ok": False,
+        "error": "UsageError",
+        "message": err.format_message(),
+        "hint": f"see `{where} --help`",
+    }
+    click.echo(json.dumps(doc, sort_keys=True))
+
+
+def report_bug(exc: Exception, *, as_json: bool) -> None:
+    """Exit 70's message: plain on stderr, or (--json) the one JSON object on stdout that a CI
+    job parsing it expects from every failure."""
+    import json
+
+    from envbuild.core.errors import redact
+
+    message = redact(f"{type(exc).__name__}: {exc}")
+    hint = "this is a bug in envbuild; rerun with ENVBUILD_DEBUG=1 for the traceback and report it"
+    if as_json:
+        doc = {"ok": False, "error": "InternalError", "message": message, "hint": hint}
+        click.echo(json.dumps(doc, sort_keys=True))
+        return
+    click.echo(f"internal error: {message}", err=True)
+    click.echo(f"  next: {hint}", err=True)
+
+
+def _silence_stdout() -> None:
+    # Python's documented recipe for SIGPIPE: point stdout at devnull so the interpreter's
+    # final flush does not raise again (docs.python.org/3/library/signal.html#note-on-sigpipe).
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
+class EnvbuildGroup(LazyGroup):
+    """The top-level group: lazy commands, and the one place errors become exit codes."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        # Imported here, not at the top: `envbuild --help` exits before invoking anything.
+        from envbuild.core.errors import EnvbuildError
+
+        # Read before invoking: click empties ctx.args once the subcommand is resolved.
+        wants_json = _wants_json(ctx)
+        try:
+            return super().invoke(ctx)
+        except EnvbuildError as err:
+            report_error(err, as_json=wants_json)
+            ctx.exit(err.exit_code)
+        except Terminated:
+            click.echo("terminated", err=True)
+            ctx.exit(EXIT_TERMINATED)
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            ctx.exit(130)
+        except BrokenPipeError:
+            _silence_stdout()
+            ctx.exit(EXIT_BROKEN_PIPE)
+        except click.UsageError as err:
+            if not wants_json:
+                raise
+            report_usage_error(err)
+            ctx.exit(err.exit_code)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except Exception as exc:  # a bug: say so plainly, no traceback unless asked
+            if os.environ.get("ENVBUILD_DEBUG"):
+                raise
+            report_bug(exc, as_json=wants_json)
+            ctx.exit(EXIT_INTERNAL)
+
+
+def _wants_json(ctx: click.Context) -> bool:
+    # The subcommand's own --json flag, seen from the group: its raw args (CliRunner) or argv.
+    raw = list(getattr(ctx, "_protected_args", [])) + list(ctx.args)
+    return "--json" in raw or "--json" in sys.argv[1:]
+
+
+def terminal_width() -> int:
+    """The width click's help formatter would pick (its terminal's columns, at most 80, less 2,
+    at least 50), with the columns found as `shutil.get_terminal_size` finds them ($COLUMNS,
+    else the terminal of stdout, else 80): click imports shutil for it otherwise, and with it
+    bz2, lzma and zlib, a visible part of `envbuild --help`'s start."""
+    try:
+        columns = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return max(min(columns if columns > 0 else 80, 80) - 2, 50)
+
+
+@click.group(
+    cls=EnvbuildGroup,
+    table=COMMANDS,
+    context_settings={"help_option_names": ["-h", "--help"], "terminal_width": terminal_width()},
+)
+@click.version_option(__version__, prog_name="envbuild")
+def cli() -> None:
+    """envbuild: GPU training images that run on your hosts.
+
+    resolve -> lock -> render -> image (build, smoke, tag); doctor and validate on hosts.
+    """
+
+
+def main() -> None:
+    # The C module under `signal` (no stub: typeshed has none): signal.py turns the signal
+    # numbers into enums when imported, a visible part of `envbuild --help`'s start, and
+    # nothing here needs them.
+    import _signal  # type: ignore[import-not-found]
+    import gc
+
+    # A command imports its modules and reads the compiled matrix, making tens of thousands
+    # of objects that live until it exits: collecting every 700 new ones (the default) only
+    # walks them again and again. A collection every GC_THRESHOLD still bounds what a
+    # long-running command leaves for the collector.
+    # https://docs.python.org/3/library/gc.html#gc.set_threshold
+    gc.set_threshold(GC_THRESHOLD, *gc.get_threshold()[1:])
+    if sys.argv[1:2] and sys.argv[1] not in ("-h", "--help", "--version"):
+        from envbuild.core import usercache as codecache
+
+        # Before any command module is imported: their dataclasses' methods come compiled,
+        # from the file of this command.
+        name = sys.argv[1]
+        codecache.reuse_dataclass_code(scope=name if name in COMMANDS else "")
+    _signal.signal(_signal.SIGTERM, _raise_terminated)
+    try:
+        try:
+            cli(prog_name="envbuild")
+        finally:
+            # The reader may go away after the last line (`| head -1`): flush here, where a
+            # broken pipe can still be handled, not in the interpreter's shutdown.
+            sys.stdout.flush()
+            # Everything the command made is left to the process's end: the interpreter's
+            # shutdown then frees it without the garbage collector's passes over it (0.1 s of a
+            # 0.9 s `envbuild lock`, measured with strace). Files and folders are closed and
+            # removed by `with` blocks before this; atexit handlers still run. (An object in a
+            # reference cycle is then never finalized: no open file may be left in one.)
+            # https://docs.python.org/3/library/gc.html#gc.freeze
+            import gc
+
+            gc.freeze()
+    except BrokenPipeError:
+        _silence_stdout()
+        sys.exit(EXIT_BROKEN_PIPE)

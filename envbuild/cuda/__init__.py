@@ -1,0 +1,1 @@
+"""cuda: see docs/design.md."""

@@ -1,0 +1,1 @@
+"""lock: see docs/design.md."""

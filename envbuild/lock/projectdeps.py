@@ -1,0 +1,630 @@
+"""A project's own dependency files, read for `envbuild lock` (thin I/O; resolving is uv's).
+
+`[packages] files` may name a `pyproject.toml` (its `[project] dependencies`, the chosen
+`optional-dependencies` extras and PEP 735 `[dependency-groups]`), requirements files (`-r`
+and `-c` lines followed), or a `uv.lock` (exported by `uv export --frozen`, so its exact pins
+are kept). What they ask for becomes requirement lines locked together with the framework.
+
+Nothing here runs the project's code: a pyproject.toml is read as TOML (dynamic dependencies
+are refused), a uv.lock through uv's own exporter. A requirement on the framework narrows
+the framework range the stack is resolved in, so a project that says `torch<2.6` gets a
+torch the matrix has below 2.6, or an error that names both sides.
+
+Each file's hash goes into the lock's input hash (`[inputs.files]`), so `lock --check`
+notices an edit. For a pyproject.toml only the tables read here count: a new version number
+or description does not make the lock stale.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from packaging.markers import Marker
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
+
+from envbuild.core.errors import PinError, RequestError, UnsatisfiableError
+from envbuild.core.fsio import read_input
+from envbuild.core.models import ProjectSettings, Request
+from envbuild.lock import pins as pydeps
+from envbuild.lock import uvenv
+from envbuild.request.project import PYPROJECT, file_kind
+from envbuild.request.sourcetree import file_sha256, inside_repo, request_file
+
+# pip's requirements-file options that name another file; everything else that starts with
+# "-" is refused (index options belong in [indexes], so one request locks from one place).
+_INCLUDE = re.compile(r"^(-r|--requirement|-c|--constraint)(?:\s*=\s*|\s+)(\S+)$")
+_INDEX_OPTIONS = (
+    "-i",
+    "--index-url",
+    "--extra-index-url",
+    "-f",
+    "--find-links",
+    "--no-index",
+    "--trusted-host",
+    "--pre",
+    "--only-binary",
+    "--no-binary",
+    "--prefer-binary",
+)
+_HASH_OPTION = re.compile(r"\s--hash[=\s]\S+")
+_COMMENT = re.compile(r"(^|\s+)#.*$")
+SETUPTOOLS_FALLBACK = "setuptools>=40.8.0"
+"""The build requirement of a project without [build-system] (PEP 518, "Build-system table")."""
+
+
+@dataclass(frozen=True)
+class Line:
+    """One requirement and where it was written ("requirements.txt line 3")."""
+
+    text: str
+    origin: str
+
+
+@dataclass(frozen=True)
+class ProjectInputs:
+    """What a request's project files add to its lock."""
+
+    requirements: tuple[Line, ...] = ()
+    constraints: tuple[Line, ...] = ()
+    files: tuple[tuple[str, str], ...] = ()
+    """(path relative to the image folder, sha256), sorted: the lock's [inputs.files]."""
+    uv_lock: str | None = None
+    """The uv.lock whose pins are kept, as the request names it."""
+    requires_python: tuple[Line, ...] = ()
+    """The project's `requires-python` ("pyproject.toml", ">=3.11")."""
+
+    @property
+    def lines(self) -> tuple[str, ...]:
+        return tuple(line.text for line in self.requirements)
+
+
+@dataclass
+class _Reader:
+    image_dir: Path
+    export: bool
+    runner: pydeps.Runner | None = None
+    requirements: list[Line] = field(default_factory=list)
+    constraints: list[Line] = field(default_factory=list)
+    files: dict[str, str] = field(default_factory=dict)
+    requires_python: list[Line] = field(default_factory=list)
+    seen: set[Path] = field(default_factory=set)
+
+    @property
+    def where(self) -> str:
+        """The request file, which names the files read here."""
+        return request_file(self.image_dir)
+
+    def name(self, path: Path) -> str:
+        return Path(os.path.relpath(path, self.image_dir.resolve())).as_posix()
+
+
+def input_files(image_dir: Path, request: Request) -> tuple[tuple[str, str], ...]:
+    """(path, sha256) of every project file the lock of `request` reads (no network, no uv):
+    what `lock --check` compares with the lock's [inputs.files]."""
+    return _read(image_dir, request, export=False).files
+
+
+def read(
+    image_dir: Path, request: Request, *, runner: pydeps.Runner | None = None
+) -> ProjectInputs:
+    """The requirement lines, constraints and file hashes of `request`'s project files, and
+    the build requirements of a project that is installed."""
+    return _read(image_dir, request, export=True, runner=runner)
+
+
+def _read(
+    image_dir: Path, request: Request, *, export: bool, runner: pydeps.Runner | None = None
+) -> ProjectInputs:
+    reader = _Reader(image_dir, export, runner)
+    deps = request.dependency_files
+    uv_lock = None
+    for rel in deps.files:
+        path = inside_repo(image_dir, rel, what="[packages] files entry", where=reader.where)
+        _need_file(path, rel, reader.where)
+        kind = file_kind(rel)
+        if kind == "pyproject":
+            _pyproject(reader, path, deps.extras, deps.groups)
+        elif kind == "uv.lock":
+            uv_lock = rel
+            _uv_lock(reader, path, deps.extras, deps.groups)
+        else:
+            _requirements_file(reader, path, constraint=False)
+    if request.project is not None and request.project.install:
+        _build_requirements(reader, request.project)
+    return ProjectInputs(
+        requirements=tuple(reader.requirements),
+        constraints=tuple(reader.constraints),
+        files=tuple(sorted(reader.files.items())),
+        uv_lock=uv_lock,
+        requires_python=tuple(reader.requires_python),
+    )
+
+
+def _need_file(path: Path, rel: str, where: str) -> None:
+    if not path.is_file():
+        raise RequestError(
+            f"{where}: [packages] files: {rel!r} ({path}) is not a file",
+            hint="name the project's pyproject.toml, requirements file or uv.lock, relative to "
+            "the image folder",
+            fields={"path": rel},
+        )
+
+
+def _requirement(text: str, origin: str) -> Requirement:
+    try:
+        req = Requirement(text)
+    except InvalidRequirement as exc:
+        raise RequestError(
+            f"{origin}: {text!r} is not a valid requirement ({str(exc).splitlines()[0]})",
+            hint="fix the line: a PEP 508 requirement such as numpy<3",
+            fields={"origin": origin},
+        ) from None
+    if req.url is not None and not req.url.startswith(("https://", "http://", "file://")):
+        raise RequestError(
+            f"{origin}: {text!r} points at {req.url!r}: only http(s):// and file:// wheels can "
+            "be locked with hashes",
+            hint="depend on a released version instead, or on an https:// URL of a wheel",
+            fields={"origin": origin},
+        )
+    return req
+
+
+# --- pyproject.toml ----------------------------------------------------------------------------
+
+
+def _toml(path: Path, what: str) -> dict[str, Any]:
+    from envbuild.request.parse import toml_loads
+
+    try:
+        return toml_loads(read_input(path, what=what).decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RequestError(
+            f"{what} {path} is not valid TOML: {exc}",
+            hint="fix the file (uv and pip would refuse it too)",
+            fields={"path": str(path)},
+        ) from None
+
+
+def pyproject_digest(data: Mapping[str, Any]) -> str:
+    """sha256 over the tables that decide a lock: dependencies, extras, groups, build-system,
+    requires-python and the project's name (for extras that name the project itself)."""
+    project = data.get("project", {}) if isinstance(data.get("project"), dict) else {}
+    relevant = {
+        "name": project.get("name"),
+        "dependencies": project.get("dependencies"),
+        "optional-dependencies": project.get("optional-dependencies"),
+        "requires-python": project.get("requires-python"),
+        "dynamic": project.get("dynamic"),
+        "dependency-groups": data.get("dependency-groups"),
+        "build-system": data.get("build-system"),
+    }
+    text = json.dumps(relevant, sort_keys=True, separators=(",", ":"), default=str)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class _Project:
+    """The pyproject.toml being read: its path as the lock names it, its normalised project
+    name (a dependency on `name[extra]` is the project's own extra) and its [project] table."""
+
+    rel: str
+    name: str
+    table: Mapping[str, Any]
+
+
+def _pyproject(reader: _Reader, path: Path, extras: Sequence[str], groups: Sequence[str]) -> None:
+    rel = reader.name(path)
+    data = _toml(path, "the pyproject.toml")
+    reader.files[rel] = pyproject_digest(data)
+    table = data.get("project")
+    if not isinstance(table, dict):
+        raise RequestError(
+            f"{rel} has no [project] table to take dependencies from",
+            hint="name a pyproject.toml with [project] dependencies (PEP 621), or a "
+            "requirements file",
+            fields={"path": rel},
+        )
+    if "dependencies" in (table.get("dynamic") or []):
+        raise RequestError(
+            f"{rel}: [project] dependencies are dynamic (computed by the build backend)",
+            hint="envbuild reads dependencies without running the project's code: list them in "
+            "[project] dependencies, or name an exported requirements.txt or a uv.lock",
+            fields={"path": rel},
+        )
+    if table.get("requires-python"):
+        reader.requires_python.append(Line(str(table["requires-python"]), rel))
+    project = _Project(rel, canonicalize_name(str(table.get("name", ""))), table)
+    where = f"{rel} [project] dependencies"
+    for text in _strings(table.get("dependencies", []), where):
+        _add_line(reader, project, text, where, set())
+    for extra in extras:
+        _add_extra(reader, project, extra, set())
+    for group in groups:
+        for text, origin in _group(data, group, rel, (), reader.where):
+            _add_line(reader, project, text, origin, set())
+
+
+def _strings(value: Any, where: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise RequestError(
+            f"{where} is not an array of strings",
+            hint="fix the pyproject.toml (PEP 621)",
+            fields={"where": where},
+        )
+    return list(value)
+
+
+def _add_line(
+    reader: _Reader, project: _Project, text: str, origin: str, expanding: set[str]
+) -> None:
+    """A dependency line; `name[extra]` (the project itself) expands to that extra's lines."""
+    req = _requirement(text, origin)
+    if project.name and canonicalize_name(req.name) == project.name:
+        for extra in sorted(req.extras):
+            _add_extra(reader, project, extra, expanding)
+        return
+    reader.requirements.append(Line(text, origin))
+
+
+def _add_extra(reader: _Reader, project: _Project, extra: str, expanding: set[str]) -> None:
+    table = project.table.get("optional-dependencies") or {}
+    by_name = {canonicalize_name(k): k for k in table}
+    key = by_name.get(canonicalize_name(extra))
+    if key is None:
+        known = ", ".join(sorted(table)) or "none"
+        raise RequestError(
+            f"{reader.where}: [packages] extras: {project.rel} has no extra {extra!r} (its "
+            f"extras: {known})",
+            hint="name an extra of [project.optional-dependencies]",
+            fields={"extra": extra, "path": project.rel},
+        )
+    if key in expanding:
+        return  # `all = ["me[a]"]`, `a = ["me[all]"]`: each extra once
+    expanding.add(key)
+    where = f"{project.rel} [project.optional-dependencies] {key}"
+    for text in _strings(table[key], where):
+        _add_line(reader, project, text, where, expanding)
+
+
+def _group(
+    data: Mapping[str, Any], group: str, rel: str, stack: tuple[str, ...], where: str = ""
+) -> list[tuple[str, str]]:
+    """PEP 735: a group's requirement strings, `{include-group = "x"}` followed. `where`: the
+    request file, for a group the request names (not one a group includes)."""
+    groups = data.get("dependency-groups") or {}
+    by_name = {canonicalize_name(k): k for k in groups}
+    key = by_name.get(canonicalize_name(group))
+    if key is None:
+        known = ", ".join(sorted(groups)) or "none"
+        start = f"{where}: [packages] groups: " if where else f"{rel}: include-group: "
+        raise RequestError(
+            f"{start}{rel} has no dependency group {group!r} (its groups: {known})",
+            hint="name a group of [dependency-groups]",
+            fields={"group": group, "path": rel},
+        )
+    if key in stack:
+        raise RequestError(
+            f"{rel}: [dependency-groups] {key} includes itself ({' -> '.join((*stack, key))})",
+            hint="fix the include-group cycle (PEP 735)",
+            fields={"path": rel},
+        )
+    out: list[tuple[str, str]] = []
+    for item in groups[key] if isinstance(groups[key], list) else []:
+        if isinstance(item, str):
+            out.append((item, f"{rel} [dependency-groups] {key}"))
+        elif isinstance(item, dict) and isinstance(item.get("include-group"), str):
+            out += _group(data, item["include-group"], rel, (*stack, key))
+    return out
+
+
+def _build_requirements(reader: _Reader, project: ProjectSettings) -> None:
+    """The build backend of a project that is installed: `pip install --no-deps
+    --no-build-isolation` takes it from the image, so it is locked like everything else."""
+    folder = inside_repo(reader.image_dir, project.path, what="[project] path", where=reader.where)
+    pyproject = folder / PYPROJECT
+    rel = reader.name(pyproject)
+    if pyproject.is_file():
+        data = _toml(pyproject, "the pyproject.toml")
+        reader.files[rel] = pyproject_digest(data)
+        build = data.get("build-system")
+        if isinstance(build, dict) and "requires" in build:
+            where = f"{rel} [build-system] requires"
+            for text in _strings(build["requires"], where):
+                _requirement(text, where)
+                reader.requirements.append(Line(text, where))
+            return
+    elif not (folder / "setup.py").is_file():
+        raise RequestError(
+            f"{reader.where}: [project] install = true, but {reader.name(folder)} has no "
+            "pyproject.toml or setup.py to install",
+            hint="write install = false to copy the code without installing it, or point "
+            "[project] path at the folder with the pyproject.toml",
+            fields={"path": project.path},
+        )
+    reader.requirements.append(Line(SETUPTOOLS_FALLBACK, f"{rel} (no [build-system])"))
+
+
+# --- requirements files ------------------------------------------------------------------------
+
+
+def _logical_lines(text: str) -> list[tuple[int, str]]:
+    """(first line number, text) with `\\` continuations joined and comments removed."""
+    out: list[tuple[int, str]] = []
+    pending, start = "", 0
+    for number, raw in enumerate(text.splitlines(), start=1):
+        if not pending:
+            start = number
+        if raw.endswith("\\"):
+            pending += raw[:-1] + " "
+            continue
+        line = _COMMENT.sub("", pending + raw).strip()
+        pending = ""
+        if line:
+            out.append((start, line))
+    return out
+
+
+def _requirements_file(reader: _Reader, path: Path, *, constraint: bool) -> None:
+    rel = reader.name(path)
+    if path in reader.seen:
+        return
+    reader.seen.add(path)
+    try:
+        text = read_input(path, what="requirements file").decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RequestError(
+            f"cannot read {rel}: {exc}", hint="check the file", fields={"path": rel}
+        ) from None
+    reader.files[rel] = file_sha256(path)
+    for number, line in _logical_lines(text):
+        origin = f"{rel} line {number}"
+        include = _INCLUDE.match(line)
+        if include:
+            option, target = include.groups()
+            nested = inside_repo(path.parent, target, what=f"{origin}: {option}")
+            if not nested.is_file():
+                raise RequestError(
+                    f"{origin}: {option} {target}: no such file",
+                    hint="fix the path (relative to the file that names it)",
+                    fields={"origin": origin},
+                )
+            _requirements_file(
+                reader, nested, constraint=constraint or option in ("-c", "--constraint")
+            )
+            continue
+        if line.startswith("-"):
+            _refuse_option(line, origin)
+        line = _HASH_OPTION.sub("", " " + line).strip()  # the lock takes its own hashes
+        _requirement(line, origin)
+        (reader.constraints if constraint else reader.requirements).append(Line(line, origin))
+
+
+def _refuse_option(line: str, origin: str) -> None:
+    option = line.split()[0].split("=")[0]
+    if option in ("-e", "--editable"):
+        hint = "the project's own code goes in through [project] path; drop the -e line"
+    elif option in _INDEX_OPTIONS:
+        hint = "put indexes in [indexes] of envbuild.toml (so every lock uses the same sources)"
+    else:
+        hint = "keep requirement lines, -r FILE and -c FILE only"
+    raise RequestError(
+        f"{origin}: the option {option} is not supported in [packages] files",
+        hint=hint,
+        fields={"origin": origin},
+    )
+
+
+# --- uv.lock -----------------------------------------------------------------------------------
+
+
+def run_uv(argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> pydeps.RunResult:
+    """`uv export` as a subprocess (its own runner: tests replace the pin step's, not this)."""
+    proc = subprocess.run(
+        list(argv), cwd=cwd, env=dict(env), capture_output=True, text=True, check=False
+    )
+    return pydeps.RunResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+def uv_export_argv(
+    uv: str, project_dir: Path, extras: Sequence[str], groups: Sequence[str]
+) -> list[str]:
+    """`uv export` of the locked project as plain pins: no hashes (the lock takes its own for
+    the image's platform), no project or workspace members (their code goes in through
+    [project]), only the groups asked for."""
+    argv = [
+        uv,
+        "export",
+        "--frozen",
+        "--offline",
+        "--no-config",
+        "--format",
+        "requirements-txt",
+        "--no-hashes",
+        "--no-header",
+        "--no-annotate",
+        "--no-emit-workspace",
+        "--no-default-groups",
+        "--project",
+        str(project_dir),
+    ]
+    for extra in extras:
+        argv += ["--extra", extra]
+    for group in groups:
+        argv += ["--group", group]
+    return argv
+
+
+def _uv_lock(reader: _Reader, path: Path, extras: Sequence[str], groups: Sequence[str]) -> None:
+    rel = reader.name(path)
+    reader.files[rel] = file_sha256(path)
+    if not (path.parent / PYPROJECT).is_file():
+        raise RequestError(
+            f"{rel}: no pyproject.toml next to it (uv reads the project with its lock)",
+            hint="name the uv.lock that sits beside the project's pyproject.toml",
+            fields={"path": rel},
+        )
+    if not reader.export:
+        return
+    uv = pydeps.find_uv()
+    if uv is None:
+        raise PinError(
+            f"reading {rel} needs uv (`uv export`), which is not installed",
+            hint="pip install uv (it is in envbuild's dev extra)",
+        )
+    runner = reader.runner or run_uv
+    env = uvenv.isolated_env(os.environ)
+    result = runner(uv_export_argv(uv, path.parent, extras, groups), path.parent, env)
+    if result.returncode != 0:
+        tail = "\n".join(result.stderr.strip().splitlines()[-8:])
+        raise PinError(
+            f"`uv export` could not read {rel}:\n{tail}",
+            hint="run `uv lock` in the project (the lock may be older than its pyproject.toml), "
+            "and check the extras and groups named in [packages]",
+            fields={"path": rel},
+        )
+    for number, line in _logical_lines(result.stdout):
+        origin = f"{rel} (uv export line {number})"
+        if line.startswith("-"):
+            raise RequestError(
+                f"{origin}: {line!r} is a local or editable package",
+                hint="its code goes in through [project]; lock packages from an index only",
+                fields={"origin": origin},
+            )
+        _requirement(line, origin)
+        reader.requirements.append(Line(line, f"{rel}"))
+
+
+# --- the framework and Python the project asks for ---------------------------------------------
+
+
+def framework_lines(inputs: ProjectInputs, framework: str) -> tuple[Line, ...]:
+    """The project's requirements on the framework itself."""
+    want = canonicalize_name(framework)
+    return tuple(
+        line
+        for line in inputs.requirements
+        if canonicalize_name(Requirement(line.text).name) == want
+    )
+
+
+def _public_specifier(req: Requirement) -> SpecifierSet:
+    """The specifier with local labels dropped (`==2.4.1+cpu` -> `==2.4.1`): the matrix knows
+    releases; the local label is the variant, which the stack chooses."""
+    specs = []
+    for spec in req.specifier:
+        version = spec.version
+        if spec.operator in ("==", "===") and "+" in version:
+            version = version.split("+", 1)[0]
+        specs.append(f"{'==' if spec.operator == '===' else spec.operator}{version}")
+    try:
+        return SpecifierSet(",".join(specs))
+    except InvalidSpecifier:
+        return req.specifier
+
+
+def applies(req: Requirement, python: str | None, platform: str) -> bool:
+    """Whether a requirement's marker holds in the image; a marker on the Python version
+    counts as holding while the Python is not chosen yet."""
+    if req.marker is None:
+        return True
+    if python is None and "python" in str(req.marker):
+        return True
+    env = pydeps.target_environment(python or "3.12", platform)
+    return Marker(str(req.marker)).evaluate(env)
+
+
+def narrowed_framework(
+    requirement: str, inputs: ProjectInputs, *, python: str | None, platform: str
+) -> str:
+    """The [framework] requirement with the project's own ranges on the framework added."""
+    req = Requirement(requirement)
+    changed = False
+    for line in framework_lines(inputs, req.name):
+        project_req = Requirement(line.text)
+        if applies(project_req, python, platform) and str(project_req.specifier):
+            req.specifier &= _public_specifier(project_req)
+            changed = True
+    return str(req) if changed else requirement
+
+
+def framework_conflict(
+    inputs: ProjectInputs,
+    requirement: str,
+    *,
+    version: str,
+    variant: str,
+    reasons: Sequence[str],
+) -> UnsatisfiableError:
+    """The project's framework range and the stack's cannot meet: name both and the ways out.
+    `version`/`variant`: the stack the request resolves to without the project's range."""
+    name = Requirement(requirement).name
+    wants = "; ".join(f"{line.origin}: {line.text}" for line in framework_lines(inputs, name))
+    if inputs.uv_lock:
+        way = (
+            f"move the project to {name} {version}: run `uv lock --upgrade-package {name}` (or "
+            f'`uv add "{name}=={version}"`) in the project, then `envbuild lock` again'
+        )
+    else:
+        way = f"widen the project's {name} requirement to include {version}"
+    return UnsatisfiableError(
+        f"the project asks for {wants}, but the stack for this request needs {name} {version} "
+        f"({variant}); with the project's range nothing in the matrix fits:\n  "
+        + "\n  ".join(reasons),
+        hint=f"{way}; or change [framework] requirement or [targets] so that a {name} the "
+        "project accepts fits",
+        fields={
+            "project": wants,
+            "stack": f"{name} {version} ({variant})",
+            "reasons": list(reasons),
+        },
+    )
+
+
+def check_python(inputs: ProjectInputs, python: str) -> None:
+    """The image's Python must be one the project accepts (its `requires-python`)."""
+    for line in inputs.requires_python:
+        try:
+            ok = SpecifierSet(line.text).contains(f"{python}.0", prereleases=True)
+        except InvalidSpecifier:
+            continue
+        if not ok:
+            raise UnsatisfiableError(
+                f"{line.origin} requires-python = {line.text!r}, but the stack's Python is "
+                f"{python}",
+                hint="set [image] python to a version the project accepts, or widen its "
+                "requires-python",
+                fields={"requires_python": line.text, "python": python},
+            )
+
+
+def explain_pin_conflict(
+    err: UnsatisfiableError, inputs: ProjectInputs, stack: str
+) -> UnsatisfiableError:
+    """uv found the project's pins and the stack's wheels incompatible: say that the stack
+    keeps its framework build and the project has to follow."""
+    if inputs.uv_lock:
+        what = f"the pins of {inputs.uv_lock} conflict with the stack ({stack})"
+        hint = (
+            "the stack keeps its framework build and the CUDA libraries that build pins; "
+            "re-lock the project for it (`uv lock --upgrade-package NAME` for the packages "
+            "uv names above), or name the pyproject.toml instead of the uv.lock to let "
+            "envbuild choose versions"
+        )
+    else:
+        what = f"the project's requirements conflict with the stack ({stack})"
+        hint = "widen the project's requirements named above; " + err.hint
+    return UnsatisfiableError(
+        f"{what}:\n{err.message.split(':', 1)[-1].strip()}",
+        hint=hint,
+        fields={**err.fields, "stack": stack, "uv_lock": inputs.uv_lock},
+    )

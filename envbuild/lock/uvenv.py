@@ -1,0 +1,52 @@
+"""The environment `uv pip compile` (or pip) runs in when envbuild pins: the request's
+[indexes] are the only package sources, whatever the machine's PIP_* / UV_* settings say.
+
+Imports only `os`: `envbuild.lock.headstart` builds the same environment before the rest of the
+lock path is imported.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+# Settings that would silently add indexes, find-links or constraints to a lock: the request's
+# [indexes] are the only sources (a lock made on one machine must match one made on another).
+_LEAKY_ENV = (
+    "PIP_INDEX_URL",
+    "PIP_EXTRA_INDEX_URL",
+    "PIP_FIND_LINKS",
+    "PIP_CONSTRAINT",
+    "PIP_REQUIREMENT",
+    "PIP_NO_INDEX",
+    "PIP_ONLY_BINARY",
+    "PIP_NO_BINARY",
+    "PIP_PRE",
+)
+
+
+# uv settings that only say how to reach an index, never which: TLS, caches, and credentials
+# (https://docs.astral.sh/uv/concepts/authentication/: netrc through NETRC, a keyring, and
+# UV_INDEX_<NAME>_USERNAME / _PASSWORD). Credentials never travel in a URL (request.py).
+_UV_KEPT = ("UV_CACHE_DIR", "UV_NATIVE_TLS", "UV_HTTP_TIMEOUT", "UV_KEYRING_PROVIDER")
+
+
+def _uv_kept(key: str) -> bool:
+    return key in _UV_KEPT or (
+        key.startswith("UV_INDEX_") and key.endswith(("_USERNAME", "_PASSWORD"))
+    )
+
+
+def isolated_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment for uv/pip: no index settings from the machine; TLS, caches and the
+    ways uv and pip take credentials (NETRC, a keyring, UV_INDEX_<NAME>_USERNAME/_PASSWORD)
+    are kept."""
+    env = {
+        k: v
+        for k, v in environ.items()
+        if k not in _LEAKY_ENV and not (k.startswith("UV_") and not _uv_kept(k))
+    }
+    env["UV_PYTHON_DOWNLOADS"] = "never"  # uv must not fetch an interpreter to lock for one
+    env["PIP_CONFIG_FILE"] = os.devnull  # pip.conf may add indexes/find-links/constraints
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    return env

@@ -1,0 +1,119 @@
+"""Which locks run on which recorded hosts: the fleet view of `envbuild validate --hosts`.
+
+Pure: every cell is `envbuild.preflight.validate.preflight` of one lock on one host; nothing is started.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from envbuild.core.models import Host, Lock
+from envbuild.cuda.archs import ArchRules
+from envbuild.matrix import Matrix
+from envbuild.preflight.validate import HostVerdict, Preflight, preflight
+
+
+@dataclass(frozen=True)
+class FleetView:
+    locks: tuple[str, ...]
+    hosts: tuple[str, ...]
+    results: tuple[Preflight, ...]
+    """One per (lock, host), locks outer, hosts inner."""
+    gpu_counts: dict[str, int] = field(default_factory=dict)
+    require_cuda: dict[str, str] = field(default_factory=dict)
+    """lock -> its whole NVIDIA_REQUIRE_CUDA ("" for CPU images)."""
+    nodes: dict[str, str] = field(default_factory=dict)
+    """host (as shown) -> the name its facts record ("" when they record none)."""
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.results)
+
+    def result(self, lock: str, host: str) -> Preflight:
+        return next(r for r in self.results if r.lock == lock and r.host == host)
+
+    def passing(self, lock: str) -> list[str]:
+        """The hosts `lock` runs on (with or without minor-version compatibility), in order."""
+        return [h for h in self.hosts if self.result(lock, h).ok]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "locks": list(self.locks),
+            "hosts": list(self.hosts),
+            "require_cuda": dict(self.require_cuda),
+            "results": [_result_json(r) for r in self.results],
+        }
+
+
+def _result_json(r: Preflight) -> dict[str, Any]:
+    verdict = r.verdict or HostVerdict("runs" if r.ok else "does_not_run", "")
+    out: dict[str, Any] = {
+        "lock": r.lock,
+        "host": r.host,
+        "runs": r.ok,
+        "verdict": verdict.outcome,
+        "reason": verdict.reason,
+    }
+    for key in ("fix", "gives_up"):
+        if getattr(verdict, key):
+            out[key] = getattr(verdict, key)
+    if verdict.notes:
+        out["notes"] = list(verdict.notes)
+    out["failed"] = [c.to_json() for c in r.failed]
+    return out
+
+
+def unique_host_names(names: Sequence[str]) -> list[str]:
+    """Host names made unique in order: a second "gpu-1" becomes "gpu-1#2"."""
+    seen: dict[str, int] = {}
+    out: list[str] = []
+    for i, n in enumerate(names):
+        base = n or f"host{i + 1}"
+        seen[base] = seen.get(base, 0) + 1
+        out.append(base if seen[base] == 1 else f"{base}#{seen[base]}")
+    return out
+
+
+def fleet_view(
+    locks: Sequence[tuple[str, Lock]],
+    hosts: Sequence[tuple[Host, Mapping[str, Any] | None]],
+    *,
+    matrix: Matrix | None = None,
+    rules: ArchRules | None = None,
+) -> FleetView:
+    """Which locks run on which hosts, decided without running anything (`matrix`: see
+    `envbuild.preflight.validate.preflight`)."""
+    names = unique_host_names([h.name for h, _ in hosts])
+    results: list[Preflight] = []
+    for label, lock in locks:
+        for (host, facts), name in zip(hosts, names, strict=True):
+            pf = preflight(lock, host, facts=facts, lock_label=label, matrix=matrix, rules=rules)
+            results.append(replace(pf, host=name))
+    return FleetView(
+        locks=tuple(label for label, _ in locks),
+        hosts=tuple(names),
+        results=tuple(results),
+        gpu_counts={name: len(h.gpus) for (h, _), name in zip(hosts, names, strict=True)},
+        require_cuda={label: lock.stack.base_image.require_cuda for label, lock in locks},
+        nodes={name: h.name for (h, _), name in zip(hosts, names, strict=True)},
+    )
+
+
+@dataclass(frozen=True)
+class FleetResult:
+    view: FleetView
+    manifest_path: Any = None
+    """Where the Job manifest was written (a Path), or None."""
+    manifest: str | None = None
+    jobs: tuple[tuple[str, str], ...] = ()
+    """(Job name, node) of every Job in the manifest."""
+
+    def to_json(self) -> dict[str, Any]:
+        out = self.view.to_json()
+        if self.manifest_path is not None:
+            out["k8s_job"] = str(self.manifest_path)
+            out["k8s_jobs"] = [{"job": job, "node": node} for job, node in self.jobs]
+        return out

@@ -1,0 +1,1 @@
+"""request: see docs/design.md."""

@@ -1,0 +1,204 @@
+"""The request keys of a user's project (pure): `[packages] files/extras/groups`, the
+`[project]` table (the code copied into the image) and `[smoke] command` (the project's own
+smoke step). Every key is documented in docs/request.md.
+
+Values are checked as strictly as the rest of the request (envbuild.request.parse): no quotes,
+backslashes, `$`, backticks or control characters, because commands and ignore patterns end
+up in Dockerfile text. Paths are checked here for their shape only (relative); whether they
+stay inside the repository is decided where the files are read (envbuild.request.sourcetree).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from pathlib import PurePosixPath
+from typing import Any
+
+from envbuild.core.errors import UserError
+from envbuild.core.models import DependencyFiles, ProjectSettings
+from envbuild.request.fields import (
+    fail,
+    read_bool,
+    read_str,
+    read_str_list,
+    type_name,
+)
+
+PYPROJECT = "pyproject.toml"
+UV_LOCK = "uv.lock"
+REQUIREMENTS_SUFFIXES = (".txt", ".in")
+# PEP 685 extra names / PEP 735 group names, as written (normalised when compared).
+_EXTRA_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$")
+
+
+def file_kind(path: str) -> str | None:
+    """ "pyproject", "uv.lock" or "requirements" by the file's name; None: not one of them."""
+    name = PurePosixPath(path).name
+    if name == PYPROJECT:
+        return "pyproject"
+    if name == UV_LOCK:
+        return "uv.lock"
+    if name.endswith(REQUIREMENTS_SUFFIXES):
+        return "requirements"
+    return None
+
+
+def _relative_path(path: str, table: str, key: str, value: str) -> str:
+    """A relative POSIX path, as written (the folder it leaves is checked when read)."""
+    if value.startswith(("/", "~")) or re.match(r"^[A-Za-z]:", value) or "://" in value:
+        raise fail(
+            path,
+            table,
+            key,
+            f"{value!r} is not a path relative to the image folder",
+            "write it relative to the folder that holds envbuild.toml, for example "
+            '"pyproject.toml" or "../../app"',
+        )
+    return value
+
+
+def dependency_files(pk: Mapping[str, Any], path: str) -> DependencyFiles:
+    """[packages] files, extras, groups."""
+    files = read_str_list(path, "packages", "files", pk["files"]) if "files" in pk else ()
+    kinds: dict[str, list[str]] = {}
+    for item in files:
+        _relative_path(path, "packages", "files", item)
+        kind = file_kind(item)
+        if kind is None:
+            raise fail(
+                path,
+                "packages",
+                "files",
+                f"{item!r} is not a pyproject.toml, a requirements file (.txt, .in) or a uv.lock",
+                'name the project\'s own file, for example files = ["pyproject.toml"]',
+            )
+        kinds.setdefault(kind, []).append(item)
+    for kind in ("pyproject", "uv.lock"):
+        if len(kinds.get(kind, [])) > 1:
+            raise fail(
+                path,
+                "packages",
+                "files",
+                f"{' and '.join(repr(f) for f in kinds[kind])} are two {kind} files",
+                "lock one project per image: name one of them",
+            )
+    if kinds.get("pyproject") and kinds.get("uv.lock"):
+        raise fail(
+            path,
+            "packages",
+            "files",
+            f"{kinds['pyproject'][0]!r} and {kinds['uv.lock'][0]!r} both describe the project",
+            "name the uv.lock to keep its pins (its pyproject.toml is read with it), or the "
+            "pyproject.toml to let envbuild pick versions",
+        )
+    extras = _names(pk, path, "extras")
+    groups = _names(pk, path, "groups")
+    if (extras or groups) and not (kinds.get("pyproject") or kinds.get("uv.lock")):
+        key = "extras" if extras else "groups"
+        raise fail(
+            path,
+            "packages",
+            key,
+            f"{key} are chosen, but files names no pyproject.toml or uv.lock to take them from",
+            'add the project\'s file, for example files = ["pyproject.toml"]',
+        )
+    return DependencyFiles(files=files, extras=extras, groups=groups)
+
+
+def _names(pk: Mapping[str, Any], path: str, key: str) -> tuple[str, ...]:
+    names = read_str_list(path, "packages", key, pk[key]) if key in pk else ()
+    for name in names:
+        if not _EXTRA_RE.match(name):
+            raise fail(
+                path,
+                "packages",
+                key,
+                f"{name!r} is not an extra or group name",
+                'write the name as the pyproject.toml spells it, for example "train"',
+            )
+    if len({_normal(n) for n in names}) != len(names):
+        raise fail(path, "packages", key, "names the same one twice", "list each once")
+    return names
+
+
+def _normal(name: str) -> str:
+    """PEP 685 / PEP 735 name normalisation."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def command_value(path: str, table: str, key: str, value: Any) -> tuple[str, ...]:
+    """A command: a string split at spaces ("python -m train --steps 5") or an array of
+    arguments; run without a shell."""
+    if isinstance(value, str):
+        args = tuple(read_str(path, table, key, value).split())
+    elif isinstance(value, list):
+        args = read_str_list(path, table, key, value)
+    else:
+        raise fail(
+            path,
+            table,
+            key,
+            f"expected a string or an array of strings, got {type_name(value)} {value!r}",
+            f'write {key} = "python -m train --steps 5" or {key} = ["python", "-m", "train"]',
+        )
+    if not args:
+        raise fail(path, table, key, "is empty", f"remove {key} or give it a command")
+    return args
+
+
+def project_table(pj: Mapping[str, Any] | None, path: str) -> ProjectSettings | None:
+    """[project]: None when the table is absent."""
+    if pj is None:
+        return None
+    source = read_str(path, "project", "path", pj["path"]) if "path" in pj else "."
+    _relative_path(path, "project", "path", source)
+    ignore = read_str_list(path, "project", "ignore", pj["ignore"]) if "ignore" in pj else ()
+    return ProjectSettings(
+        path=source,
+        install=read_bool(path, "project", "install", pj.get("install", True)),
+        command=command_value(path, "project", "command", pj["command"]) if "command" in pj else (),
+        ignore=ignore,
+    )
+
+
+# --- what the templates see (pure) ---------------------------------------------------------
+
+PROJECT_DIR = "/app"
+"""Where the project's code is in the image (its WORKDIR)."""
+# The same characters the request refuses: a lock edited after the fact is checked again.
+_SAFE_ARG = re.compile(r"[^\x00-\x1f\x7f-\x9f\u2028\u2029\"'`\\$]+")
+
+
+def template_values(project: ProjectSettings | None) -> dict[str, Any]:
+    """The project's values for the Dockerfile templates, checked (UserError, exit 2)."""
+    if project is None:
+        return {
+            "project": False,
+            "project_dir": PROJECT_DIR,
+            "project_install": False,
+            "command": '["python"]',
+        }
+    for what, values in (
+        ("[project] path", (project.path,)),
+        ("[project] command", project.command),
+        ("[project] ignore", project.ignore),
+    ):
+        for value in values:
+            if not isinstance(value, str) or not _SAFE_ARG.fullmatch(value):
+                raise UserError(
+                    f"{what} {value!r} cannot go into a Dockerfile: quotes, backslashes, '$', "
+                    "backticks and control characters are refused",
+                    hint="fix the request (envbuild.toml) and run `envbuild lock <image dir>` "
+                    "again",
+                    fields={"field": what, "value": str(value)},
+                )
+    command = list(project.command) or ["python"]
+    return {
+        "project": True,
+        "project_dir": PROJECT_DIR,
+        "project_install": project.install,
+        # Exec form (a JSON array): no shell between Docker and the command.
+        "command": json.dumps(command, ensure_ascii=False),
+    }

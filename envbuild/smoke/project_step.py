@@ -1,0 +1,93 @@
+"""The project's own smoke step (`[smoke] command`): run in the candidate after the built-in
+payload passed, in a second container attached exactly like the payload's (same GPUs, /dev/shm
+and time limit: `envbuild.smoke.plan.kill_after_s`), before anything is tagged.
+
+No docker here: it runs through any `ContainerEngine`. Its record (command, exit code, time,
+the tail of its output) goes into the `envbuild.smoke.report` label and `image --json`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from envbuild.core.errors import SmokeFailed
+from envbuild.engine.protocol import ContainerEngine, ProgressFn, RunResult, RunSpec
+
+if TYPE_CHECKING:
+    from envbuild.build.pipeline import ImageJob
+
+TAIL_LINES = 20
+SMOKE_ENV = "ENVBUILD_SMOKE"
+"""Set to 1 in the container, so a project can tell a smoke run from a real one."""
+
+
+def _tail(text: str, n: int = TAIL_LINES) -> list[str]:
+    return [line for line in text.splitlines() if line.strip()][-n:]
+
+
+def record(command: Sequence[str], result: RunResult) -> dict[str, Any]:
+    """What the report keeps of one run of the command."""
+    return {
+        "command": list(command),
+        "ok": result.exit_code == 0 and not result.timed_out,
+        "exit_code": result.exit_code,
+        "timed_out": result.timed_out,
+        "duration_s": round(result.duration_s, 3),
+        "stdout_tail": _tail(result.stdout),
+        "stderr_tail": _tail(result.stderr),
+    }
+
+
+def run_command(
+    engine: ContainerEngine,
+    payload_spec: RunSpec,
+    job: ImageJob,
+    candidate: str,
+    progress: ProgressFn,
+) -> dict[str, Any]:
+    """Run the job's `smoke_command` like the payload ran (`payload_spec` with another
+    command); its record, or SmokeFailed (exit 6) when it fails or runs out of time."""
+    command, name, keep_failed = job.smoke_command, job.name, job.keep_failed
+    shown = shlex.join(command)
+    progress(f"running the project's smoke command: {shown}")
+    spec = dataclasses.replace(
+        payload_spec,
+        command=tuple(command),
+        environment={**payload_spec.environment, SMOKE_ENV: "1"},
+    )
+    result = engine.run(spec)
+    done = record(command, result)
+    if done["ok"]:
+        progress(f"smoke command passed in {result.duration_s:.1f} s")
+        return done
+    keep_note = (
+        f"the candidate is kept as {candidate} (docker run --rm -it {candidate} {shown})"
+        if keep_failed
+        else "rerun with --keep-failed to keep the candidate and run the command by hand"
+    )
+    if result.timed_out:
+        why = f"did not finish within {spec.timeout_s} s and was killed"
+        hint = f"make the smoke command shorter, or raise smoke.timeout_s; {keep_note}"
+    else:
+        why = f"exited {result.exit_code} after {result.duration_s:.1f} s"
+        hint = f"read its output above (stdout_tail/stderr_tail in --json); {keep_note}"
+    raise SmokeFailed(
+        f"the project's smoke command `{shown}` of {name} {why}; no tag was written",
+        hint=hint,
+        fields={
+            "tag": None,
+            "candidate_id": candidate if keep_failed else None,
+            "kept": keep_failed,
+            "exit_code": result.exit_code,
+            "timed_out": result.timed_out,
+            "duration_s": result.duration_s,
+            "stderr_tail": done["stderr_tail"],
+            "stdout_tail": done["stdout_tail"],
+            "failed": [],
+            "report": None,
+            "smoke_command": done,
+        },
+    )
