@@ -353,7 +353,19 @@ def build_and_verify(
         result = engine.run(spec)
         judgement = _passed(job, result, judge, candidate)
         # The project's own step runs only after the payload passed, as the payload ran.
-        command = run_command(engine, spec, job, candidate, progress) if job.smoke_command else None
+        command = (
+            run_command(
+                engine,
+                spec,
+                job.smoke_command,
+                name=job.name,
+                keep_failed=job.keep_failed,
+                candidate=candidate,
+                progress=progress,
+            )
+            if job.smoke_command
+            else None
+        )
         label = report_label(judgement.report, job, attach, command)
         tag_started = time.monotonic()
         image_id = engine.tag(

@@ -11,13 +11,10 @@ from __future__ import annotations
 import dataclasses
 import shlex
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from envbuild.core.errors import SmokeFailed
 from envbuild.engine.protocol import ContainerEngine, ProgressFn, RunResult, RunSpec
-
-if TYPE_CHECKING:
-    from envbuild.build.pipeline import ImageJob
 
 TAIL_LINES = 20
 SMOKE_ENV = "ENVBUILD_SMOKE"
@@ -44,13 +41,16 @@ def record(command: Sequence[str], result: RunResult) -> dict[str, Any]:
 def run_command(
     engine: ContainerEngine,
     payload_spec: RunSpec,
-    job: ImageJob,
+    command: Sequence[str],
+    *,
+    name: str,
+    keep_failed: bool,
     candidate: str,
     progress: ProgressFn,
 ) -> dict[str, Any]:
-    """Run the job's `smoke_command` like the payload ran (`payload_spec` with another
-    command); its record, or SmokeFailed (exit 6) when it fails or runs out of time."""
-    command, name, keep_failed = job.smoke_command, job.name, job.keep_failed
+    """Run the project's smoke `command` like the payload ran (`payload_spec` with another
+    command); its record, or SmokeFailed (exit 6) when it fails or runs out of time. Takes
+    the job's fields, not the job: the smoke stage sits below the build stage."""
     shown = shlex.join(command)
     progress(f"running the project's smoke command: {shown}")
     spec = dataclasses.replace(
