@@ -31,6 +31,7 @@ from envbuild.build.pipeline import (
 )
 from envbuild.core.errors import EnvbuildError, RegistryError, UserError
 from envbuild.core.models import Lock
+from envbuild.core.values import parse_image_ref
 from envbuild.engine.protocol import ContainerEngine, RunResult
 from envbuild.engine.registry import split_tag
 from envbuild.host.gpu_attach import GpuChoice
@@ -45,15 +46,6 @@ from envbuild.render.dockerfile import (
     wheel_paths,
 )
 from envbuild.smoke import plan as smoke
-
-# docker/distribution reference grammar (reference/regexp.go), simplified to one expression:
-# [host[:port]/]path-component(/path-component)*[:tag]; lowercase path; tag <= 128 chars.
-_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-_REF_RE = re.compile(
-    # A registry host has a dot or a port, or is localhost (docker's splitDockerDomain).
-    r"(?:(?:localhost|[a-zA-Z0-9-]+(?:\.[a-zA-Z0-9-]+)+)(?::[0-9]+)?/|[a-zA-Z0-9-]+:[0-9]+/)?"
-    rf"{_COMPONENT}(?:/{_COMPONENT})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?"
-)
 
 
 @dataclass(frozen=True)
@@ -246,10 +238,14 @@ def deliver(
 
 
 def check_tag(ref: str) -> str:
-    """Refuse a tag the engine would refuse, before a long build rather than after it."""
-    if not _REF_RE.fullmatch(ref) or len(ref) > 255:
+    """Refuse a tag the engine would refuse, before a long build rather than after it: an
+    image reference (`envbuild.core.values`, the request's and render's grammar) without a
+    digest (`docker tag` refuses to create a tag with a digest)."""
+    parsed = parse_image_ref(ref)
+    if parsed is None or parsed.digest is not None:
         raise UserError(
-            f"{ref!r} is not a valid image reference",
+            f"{ref!r} is not a valid image reference"
+            + (" for a tag (it names a digest)" if parsed is not None else ""),
             hint="use lowercase name[:tag], e.g. --tag registry.example.com/team/torch:1",
         )
     return ref

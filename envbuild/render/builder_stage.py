@@ -18,6 +18,7 @@ from typing import Any
 
 from envbuild.core import resources
 from envbuild.core.models import Lock, LockedPackage
+from envbuild.core.values import check_hash, check_match, check_package_name, check_version
 from envbuild.core.versions import major_minor
 from envbuild.cuda import extensions
 
@@ -35,12 +36,10 @@ def template_values(lock: Lock, python: str) -> dict[str, Any]:
     build = lock.build
     if build is None:
         return {"build": False, "build_sources_only": False}
-    from envbuild.render.dockerfile import _check
-
-    arch_list = _check(
+    arch_list = check_match(
         _ARCH_LIST, extensions.torch_cuda_arch_list(build.cuda_archs), "arch list", "bad arch"
     )
-    cmake = _check(
+    cmake = check_match(
         _CMAKE_ARCHS, extensions.cmake_cuda_architectures(build.cuda_archs), "archs", "bad arch"
     )
     wheels = build.toolchain == "wheels"
@@ -78,8 +77,6 @@ def _build_deps(lock: Lock) -> list[LockedPackage]:
 
 
 def _requirements(title: str, packages: Sequence[LockedPackage]) -> bytes:
-    from envbuild.render.dockerfile import check_hash, check_package_name, check_version
-
     lines = [f"# {title} (from envbuild.lock [build]; installed with --require-hashes)"]
     for p in sorted(packages, key=lambda p: p.name):
         name = check_package_name(p.name)

@@ -24,6 +24,16 @@ from envbuild.core import resources
 from envbuild.core.errors import UserError
 from envbuild.core.locations import is_direct_url, is_remote
 from envbuild.core.models import FRAMEWORK_FLAVOUR, OS_NAME_RE, PYTHON_VERSION_RE
+from envbuild.core.values import FIX_LOCK as _FIX_LOCK
+from envbuild.core.values import check_digest as check_digest
+from envbuild.core.values import check_hash as check_hash
+from envbuild.core.values import check_image_ref as check_ref
+from envbuild.core.values import check_match as _check
+from envbuild.core.values import check_package_name as check_package_name
+from envbuild.core.values import check_url as check_url
+from envbuild.core.values import check_version as check_version
+from envbuild.core.values import parse_image_ref
+from envbuild.core.values import refuse as _refuse
 from envbuild.lock.format import dumps, lock_sha256
 from envbuild.render import builder_stage, sandbox
 from envbuild.request import project, sourcetree
@@ -47,8 +57,6 @@ CA_CONTEXT_PATH = "certs/ca.crt"
 WHEELS_CONTEXT_DIR = "wheels"
 USER_UID = 1000
 USER_NAME = "envbuild"
-
-_FIX_LOCK = "fix the request (envbuild.toml) and run `envbuild lock <image dir>` again"
 
 
 @dataclass(frozen=True)
@@ -93,10 +101,9 @@ class RenderResult:
 
 
 # --- validation (allow-lists; anything else is refused) -------------------------------------
+# Names, versions, hashes, URLs and image references: envbuild.core.values, the one grammar the
+# request and `image --tag` use too (imported above `as` themselves for callers of render).
 
-_NAME = re.compile(r"[A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9._-]*[A-Za-z0-9]")  # PEP 508 names
-_VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+!_-]*")  # then PEP 440 through `packaging`
-_SHA256 = re.compile(r"sha256:[0-9a-f]{64}")
 _IMAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _VARIANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _CUDA = re.compile(r"[0-9]+(\.[0-9]+){0,3}")
@@ -109,84 +116,16 @@ _OS_PACKAGE = re.compile(r"[a-z0-9][a-z0-9+.-]+")  # Debian policy 5.6.1 package
 _REQUIRE_CUDA = re.compile(
     r"[a-z]+(>=|<=|=|<|>)[A-Za-z0-9.]+([, ][a-z]+(>=|<=|=|<|>)[A-Za-z0-9.]+)*"
 )
-# URLs go unquoted into a RUN shell line: only characters that are neither shell nor
-# Dockerfile syntax (no whitespace, quotes, backslash, $, `, ;, &, |, (), <>, globs, #, @).
-_URL = re.compile(r"(https?)://[A-Za-z0-9.-]+(:[0-9]+)?(/[A-Za-z0-9._~:/%+=,-]*)?")
-
-# The distribution reference grammar (github.com/distribution/reference, reference.go):
-# name [":" tag] ["@" digest]; IPv6 hosts are not accepted here.
-_ALNUM = r"[a-z0-9]+"
-_SEP = r"(?:[._]|__|-+)"
-_PATH_COMPONENT = rf"{_ALNUM}(?:{_SEP}{_ALNUM})*"
-_DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
-_DOMAIN = rf"{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*(?::[0-9]+)?"
-_REF_NAME = rf"(?:{_DOMAIN}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*"
-_TAG = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
-_DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}"
-_IMAGE_REF = re.compile(rf"(?P<name>{_REF_NAME})(?::(?P<tag>{_TAG}))?(?:@(?P<digest>{_DIGEST}))?")
-
-
-def _refuse(what: str, value: object, why: str, hint: str = _FIX_LOCK) -> UserError:
-    shown = repr(value)
-    if len(shown) > 200:  # name a huge value by its start and length (tests/reliability)
-        shown = f"{shown[:120]}... ({len(str(value))} characters)"
-    return UserError(
-        f"{what} {shown} cannot go into a Dockerfile: {why}",
-        hint=hint,
-        fields={"field": what, "value": str(value)},
-    )
-
-
-def _check(
-    pattern: re.Pattern[str], value: object, what: str, why: str, hint: str = _FIX_LOCK
-) -> str:
-    if not isinstance(value, str) or pattern.fullmatch(value) is None:
-        raise _refuse(what, value, why, hint)
-    return value
-
-
-def check_package_name(value: object, what: str = "package name") -> str:
-    return _check(_NAME, value, what, "not a PEP 508 project name")
-
-
-def check_version(value: object, what: str = "version") -> str:
-    from envbuild.core.versions import try_version
-
-    text = _check(_VERSION, value, what, "not a PEP 440 version")
-    if try_version(text) is None:  # also a part past the 4300-digit int limit
-        raise _refuse(what, value, "not a PEP 440 version")
-    return text
-
-
-def check_hash(value: object, what: str = "hash") -> str:
-    return _check(_SHA256, value, what, 'not "sha256:" and 64 lowercase hex digits')
-
-
-def check_url(value: object, what: str = "URL", hint: str = _FIX_LOCK) -> str:
-    text = _check(
-        _URL,
-        value,
-        what,
-        "not an http(s) URL made only of letters, digits and . - _ ~ : / % + = ,"
-        " (no credentials, query, quotes, spaces or shell characters)",
-        hint,
-    )
-    return text.rstrip("/") if text.count("/") > 2 else text
 
 
 def check_image_ref(value: object, what: str = "base image", hint: str = _FIX_LOCK) -> str:
-    if not isinstance(value, str) or len(value) > 255:
-        raise _refuse(what, value, "not an image reference", hint)
-    m = _IMAGE_REF.fullmatch(value)
-    if m is None:
-        raise _refuse(what, value, "not an image reference (registry/name:tag[@sha256:...])", hint)
-    if m.group("tag") is None and m.group("digest") is None:
+    """An image reference (`envbuild.core.values`) with a tag or digest: FROM without one
+    pulls whatever `latest` is today (hadolint DL3006)."""
+    check_ref(value, what, hint)
+    ref = parse_image_ref(value)
+    if ref is None or (ref.tag is None and ref.digest is None):
         raise _refuse(what, value, "no tag or digest (hadolint DL3006)", hint)
-    return value
-
-
-def check_digest(value: object, what: str = "base image digest") -> str:
-    return _check(_SHA256, value, what, 'not "sha256:" and 64 lowercase hex digits')
+    return str(value)
 
 
 def check_options(options: RenderOptions) -> RenderOptions:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from envbuild.core.errors import RequestError, UserError
+from envbuild.core.values import check_url
 
 if TYPE_CHECKING:
     from packaging.requirements import Requirement
@@ -158,8 +159,6 @@ def read_url(path: str, table: str, key: str, value: str, *, paths_ok: bool) -> 
         value = without_credentials(value)
         if value.startswith(("http://", "https://")):
             # The same allow-list render applies: what lock accepts, render renders.
-            from envbuild.render.dockerfile import check_url
-
             hint = (
                 "write the URL with only letters, digits and . - _ ~ : / % + = , (no "
                 "credentials, query, fragment, quotes, spaces or shell characters)"
@@ -221,8 +220,6 @@ def read_requirement(path: str, table: str, key: str, text: str) -> Requirement:
         )
     if req.url is not None and req.url.startswith(("http://", "https://")):
         # The build installs it from this URL: the same allow-list render applies.
-        from envbuild.render.dockerfile import check_url
-
         hint = "use a plain https:// URL to the wheel (no query, fragment or shell characters)"
         try:
             check_url(req.url, f"the URL of {req.name}", hint)

@@ -32,6 +32,7 @@ from envbuild.core.models import (
     SmokeSettings,
     Targets,
 )
+from envbuild.core.values import parse_image_ref
 from envbuild.core.versions import driver_problem, parse_specifier, parse_version
 from envbuild.request.fields import (
     FLAGS,
@@ -228,16 +229,10 @@ def _image_table(image: Mapping[str, Any], path: str, default_name: str) -> dict
     }
 
 
-# A Docker image reference: [host[:port]/]path[:tag][@sha256:...] (distribution/reference).
-_REF_RE = re.compile(
-    r"^[a-z0-9]+(?:[._:-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*"
-    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$"
-)
-
-
 def _base_ref(path: str, ref: str | None) -> str | None:
-    """[image] base: an image reference the engine can pull or has."""
-    if ref is not None and not _REF_RE.match(ref):
+    """[image] base: an image reference the engine can pull or has (the grammar render and
+    `image --tag` use too: `envbuild.core.values`)."""
+    if ref is not None and parse_image_ref(ref) is None:
         raise fail(
             path,
             "image",
