@@ -312,6 +312,23 @@ class PassStore(Protocol):
     def record_built(self, context_key: str, entry: Mapping[str, Any]) -> None: ...
 
 
+def _project_step(
+    engine: ContainerEngine, spec: RunSpec, job: ImageJob, candidate: str, progress: ProgressFn
+) -> dict[str, Any] | None:
+    """The project's own smoke step, run as the payload ran; None when it has none."""
+    if not job.smoke_command:
+        return None
+    return run_command(
+        engine,
+        spec,
+        job.smoke_command,
+        name=job.name,
+        keep_failed=job.keep_failed,
+        candidate=candidate,
+        progress=progress,
+    )
+
+
 def build_and_verify(
     engine: ContainerEngine,
     job: ImageJob,
@@ -353,19 +370,7 @@ def build_and_verify(
         result = engine.run(spec)
         judgement = _passed(job, result, judge, candidate)
         # The project's own step runs only after the payload passed, as the payload ran.
-        command = (
-            run_command(
-                engine,
-                spec,
-                job.smoke_command,
-                name=job.name,
-                keep_failed=job.keep_failed,
-                candidate=candidate,
-                progress=progress,
-            )
-            if job.smoke_command
-            else None
-        )
+        command = _project_step(engine, spec, job, candidate, progress)
         label = report_label(judgement.report, job, attach, command)
         tag_started = time.monotonic()
         image_id = engine.tag(
