@@ -107,13 +107,26 @@ def inside_repo(image_dir: Path, relative: str, *, what: str, where: str = "") -
             fields={"path": relative[:200]},
         ) from None
     if target != root and root not in target.parents:
-        raise RequestError(
-            f"{start}{what} {relative!r} is {target}, outside the repository {root}",
+        raise _outside(f"{start}{what} {relative!r} is {target}", root, relative)
+    return target
+
+
+def _outside(said: str, root: Path, relative: str) -> RequestError:
+    """The refusal of a path outside `root`, saying why `root` is the boundary."""
+    if (root / ".git").exists():
+        return RequestError(
+            f"{said}, outside the repository {root}",
             hint="keep the project inside the repository that holds the image folder (paths "
             "are relative to the image folder)",
             fields={"path": relative, "repository": str(root)},
         )
-    return target
+    return RequestError(
+        f"{said}, outside the image folder {root}: no .git was found at or above it, so the "
+        "image folder itself is the boundary of what may be copied",
+        hint='put envbuild.toml at or above the project\'s root (path = "." or a subfolder), '
+        "or make the folder that holds both a git repository (git init)",
+        fields={"path": relative, "repository": str(root)},
+    )
 
 
 def file_sha256(path: Path, what: str = "project file") -> str:

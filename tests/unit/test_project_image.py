@@ -113,6 +113,22 @@ def test_project_path_must_stay_in_the_repository(tmp_path: Path) -> None:
     )
 
 
+def test_without_git_the_refusal_says_why_the_image_folder_is_the_boundary(
+    tmp_path: Path,
+) -> None:
+    # A project that is not a git checkout (a downloaded archive): "outside the repository"
+    # named a folder that is no repository.
+    image = tree(tmp_path / "project" / "docker", {"envbuild.toml": ""})
+    with pytest.raises(RequestError) as info:
+        sourcetree.inside_repo(image, "..", what="[project] path")
+    assert info.value.message == (
+        f"[project] path '..' is {(tmp_path / 'project').resolve()}, outside the image folder "
+        f"{image.resolve()}: no .git was found at or above it, so the image folder itself is "
+        "the boundary of what may be copied"
+    )
+    assert "git init" in info.value.hint
+
+
 def test_build_context_holds_the_project_and_its_dockerignore(tmp_path: Path) -> None:
     image = tree(tmp_path / "images" / "demo", PROJECT)
     lock = dataclasses.replace(
