@@ -54,9 +54,6 @@ EXIT_INTERNAL = 70  # EX_SOFTWARE: a bug in envbuild, not in the user's input
 # ends like `cat file | head` would, not as "a bug in envbuild" (exit 70).
 EXIT_BROKEN_PIPE = 141
 EXIT_TERMINATED = 143  # what a shell reports for a process ended by SIGTERM (128 + 15)
-GC_THRESHOLD = 20_000
-"""New container objects between two young-generation collections in the CLI's process
-(Python's default: 700); see `main`."""
 
 
 class Terminated(KeyboardInterrupt):
@@ -204,26 +201,10 @@ def cli() -> None:
 
 
 def main() -> None:
-    # The C module under `signal` (no stub: typeshed has none): signal.py turns the signal
-    # numbers into enums when imported, a visible part of `envbuild --help`'s start, and
-    # nothing here needs them.
-    import _signal  # type: ignore[import-not-found]
-    import gc
+    """The console script (`envbuild = "envbuild.cli.main:main"` in pyproject.toml)."""
+    import signal
 
-    # A command imports its modules and reads the compiled matrix, making tens of thousands
-    # of objects that live until it exits: collecting every 700 new ones (the default) only
-    # walks them again and again. A collection every GC_THRESHOLD still bounds what a
-    # long-running command leaves for the collector.
-    # https://docs.python.org/3/library/gc.html#gc.set_threshold
-    gc.set_threshold(GC_THRESHOLD, *gc.get_threshold()[1:])
-    if sys.argv[1:2] and sys.argv[1] not in ("-h", "--help", "--version"):
-        from envbuild.core import usercache as codecache
-
-        # Before any command module is imported: their dataclasses' methods come compiled,
-        # from the file of this command.
-        name = sys.argv[1]
-        codecache.reuse_dataclass_code(scope=name if name in COMMANDS else "")
-    _signal.signal(_signal.SIGTERM, _raise_terminated)
+    signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         try:
             cli(prog_name="envbuild")
@@ -231,15 +212,6 @@ def main() -> None:
             # The reader may go away after the last line (`| head -1`): flush here, where a
             # broken pipe can still be handled, not in the interpreter's shutdown.
             sys.stdout.flush()
-            # Everything the command made is left to the process's end: the interpreter's
-            # shutdown then frees it without the garbage collector's passes over it (0.1 s of a
-            # 0.9 s `envbuild lock`, measured with strace). Files and folders are closed and
-            # removed by `with` blocks before this; atexit handlers still run. (An object in a
-            # reference cycle is then never finalized: no open file may be left in one.)
-            # https://docs.python.org/3/library/gc.html#gc.freeze
-            import gc
-
-            gc.freeze()
     except BrokenPipeError:
         _silence_stdout()
         sys.exit(EXIT_BROKEN_PIPE)

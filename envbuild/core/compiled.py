@@ -7,20 +7,22 @@ A cached value is used only when it cannot be stale:
 - every module that defines a class inside the value (found while pickling), and every module
   the caller names as having made it (the parser), must still be the file it was then (path,
   size, mtime_ns): a changed row type or parser never serves old data.
-Anything else (a missing, truncated, corrupt or foreign file, a failed write) means "not
-cached": the caller rebuilds and the next write replaces the file (atomic rename). The file
+Anything else (a missing, stale or foreign file, a failed write) means "not cached": the
+caller rebuilds and the next write replaces the file (atomic rename); a truncated or corrupt
+file of the user's is removed on reading. The file
 is the user's own: one that another user owns or others can write is never loaded
 (unpickling runs code, https://docs.python.org/3/library/pickle.html).
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from envbuild.core import usercache as codecache
+from envbuild.core import usercache
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -35,13 +37,13 @@ def cache_dir() -> Path:
     """$ENVBUILD_CACHE_DIR, else `$XDG_CACHE_HOME/envbuild`, else `~/.cache/envbuild`."""
     from pathlib import Path
 
-    return Path(codecache.user_cache_dir())
+    return Path(usercache.user_cache_dir())
 
 
 def cache_file(name: str) -> str:
     """`cache_dir() / name` as a string (no pathlib import: `envbuild resolve` reads the
     compiled matrix through it)."""
-    return os.path.join(codecache.user_cache_dir(), name)
+    return os.path.join(usercache.user_cache_dir(), name)
 
 
 def _stamp(module: str) -> ModuleStamp | None:
@@ -81,23 +83,33 @@ def _unpickle() -> Any:
 
 
 def read(path: str | Path, key: str) -> Any | None:
-    """The value stored at `path` under `key`; None when absent, stale, corrupt or not the
-    user's own file."""
+    """The value stored at `path` under `key`; None when absent, stale, corrupt (the file is
+    then removed) or not the user's own file. Never raises."""
     try:
         with open(path, "rb") as f:
-            if not codecache.own_file(f.fileno()):
+            if not usercache.own_file(f.fileno()):
                 return None
-            if f.read(len(_MAGIC)) != _MAGIC:
-                return None
-            load = _unpickle()
-            header = load(f)
-            if not isinstance(header, dict) or header.get("key") != key:
-                return None
-            if not _fresh(list(header.get("modules", ()))):
-                return None
-            return load(f)
-    except Exception:  # a corrupt cache is a miss, never an error
+            try:
+                return _load_fresh(f, key)
+            except Exception:  # corrupt (truncated, garbage, a class gone): dropped, no error
+                pass
+    except OSError:  # absent or unreadable: not cached
         return None
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+    return None
+
+
+def _load_fresh(f: Any, key: str) -> Any | None:
+    if f.read(len(_MAGIC)) != _MAGIC:
+        return None
+    load = _unpickle()
+    header = load(f)
+    if not isinstance(header, dict) or header.get("key") != key:
+        return None
+    if not _fresh(list(header.get("modules", ()))):
+        return None
+    return load(f)
 
 
 def write(path: str | Path, key: str, value: Any, *, made_by: tuple[str, ...] = ()) -> None:
@@ -124,4 +136,4 @@ def write(path: str | Path, key: str, value: Any, *, made_by: tuple[str, ...] = 
         return
     stamps = [s for s in map(_stamp, sorted({*modules, *made_by})) if s is not None]
     header = pickle.dumps({"key": key, "modules": stamps}, protocol=pickle.HIGHEST_PROTOCOL)
-    codecache.write_bytes(str(path), _MAGIC + header + body.getvalue())
+    usercache.write_bytes(str(path), _MAGIC + header + body.getvalue())

@@ -14,7 +14,10 @@ those after it, and uv runs as it always did: the lock is the same either way, o
 What the last successful lock of a folder ran is kept in the user cache, one small JSON file
 per folder and set of flags, written atomically and read only when it is the user's own (it
 names commands to run). Imports only the standard library, `envbuild.core.usercache`,
-`wheelhashes` and `uvenv`: its start comes before the lock path is imported.
+`wheelhashes` and `uvenv`: the lock command starts it before it imports the lock path.
+
+This is envbuild's one start-up tuning, and `ENVBUILD_NO_HEADSTART=1` its one off switch
+(docs/caches.md): the lock is the same without it, only later.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from envbuild.core import usercache as codecache
+from envbuild.core import usercache
 from envbuild.lock import wheelhashes
 from envbuild.lock.uvenv import isolated_env
 
@@ -59,7 +62,7 @@ def record_path(key: str) -> str:
     """Where the command of the last lock with this `record_key` is kept (a checksum names
     the file; the record holds the whole key, compared exactly)."""
     name = f"{binascii.crc32(key.encode()):08x}"
-    return os.path.join(codecache.user_cache_dir(), FOLDER, f"{name}.json")
+    return os.path.join(usercache.user_cache_dir(), FOLDER, f"{name}.json")
 
 
 def inputs_stamp(image_dir: str | Path) -> str:
@@ -80,7 +83,7 @@ def read_record(path: str) -> dict[str, Any] | None:
     """The kept commands, or None when absent, not the user's own, or not what this writes."""
     try:
         with open(path, "rb") as f:
-            if not codecache.own_file(f.fileno()):
+            if not usercache.own_file(f.fileno()):
                 return None
             data = json.loads(f.read())
     except (OSError, ValueError, RecursionError):
@@ -287,7 +290,7 @@ class HeadStart:
             body = {"format": FORMAT, "key": self.key, "inputs": self.inputs}
             body["calls"] = self._calls
             text = json.dumps(body, sort_keys=True).encode()
-            codecache.write_bytes(record_path(self.key), text)
+            usercache.write_bytes(record_path(self.key), text)
 
     def close(self, first: int = 0) -> None:
         """Kill and remove the commands from index `first` on."""
@@ -378,60 +381,3 @@ def lock_options(
     import would come before the start."""
     overlay = environ.get("ENVBUILD_MATRIX_OVERLAY", "")
     return [f"upgrade={upgrade}", f"offline={offline}", f"overlay={overlay}", *upgrade_packages]
-
-
-_EARLY: list[tuple[str, list[str], HeadStart]] = []
-
-
-def begin_early(args: Sequence[str]) -> None:
-    """`begin` for `envbuild lock ARGS` from the raw arguments, before click is imported
-    (envbuild/cli/entry.py); anything this does not read plainly (--check, --help, an unknown
-    option, not one folder) starts nothing. `take_early` hands it to the command."""
-    parsed = _read_lock_args(args)
-    if parsed is None:
-        return
-    image_dir, upgrade, offline, packages = parsed
-    options = lock_options(upgrade, offline, packages, os.environ)
-    ahead = begin(image_dir, options)
-    if ahead.started:
-        import atexit
-
-        _EARLY.append((image_dir, options, ahead))
-        atexit.register(ahead.close)  # a usage error ends the process before the command
-
-
-def take_early(image_dir: str, options: Sequence[str]) -> HeadStart | None:
-    """The head start `begin_early` made for this folder and these flags, else None (one
-    made for what click then read otherwise is killed)."""
-    while _EARLY:
-        early_dir, early_options, ahead = _EARLY.pop()
-        if early_dir == image_dir and early_options == list(options):
-            return ahead
-        ahead.close()
-    return None
-
-
-def _read_lock_args(args: Sequence[str]) -> tuple[str, bool, bool, list[str]] | None:
-    """(DIR, --upgrade, --offline, --upgrade-package NAMEs) of plain `lock` arguments."""
-    folders: list[str] = []
-    upgrade = offline = False
-    packages: list[str] = []
-    it = iter(args)
-    for a in it:
-        if a == "--upgrade":
-            upgrade = True
-        elif a == "--offline":
-            offline = True
-        elif a == "--json":
-            pass
-        elif a == "--upgrade-package":
-            packages.append(next(it, ""))
-        elif a.startswith("--upgrade-package="):
-            packages.append(a.partition("=")[2])
-        elif a.startswith("-") and a != "-":
-            return None
-        else:
-            folders.append(a)
-    if len(folders) != 1 or "" in packages:
-        return None
-    return folders[0], upgrade, offline, packages

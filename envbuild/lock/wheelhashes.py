@@ -11,7 +11,7 @@ The hashes come from uv's own earlier output, never computed here, and are kept 
 under its full `stat` identity (path, device, inode, size, mtime and ctime in ns): a file that
 was replaced or rewritten is a miss, and uv hashes it as before. A wrong hash could not go
 unnoticed anyway: the image build installs with `--require-hashes`. The cache file is the
-user's own (`codecache.own_file`); anything unreadable means "no hashes".
+user's own (`usercache.own_file`); anything unreadable means "no hashes".
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import json
 import os
 from collections.abc import Iterable, Mapping
 
-from envbuild.core import usercache as codecache
+from envbuild.core import usercache
 
 FILE_NAME = "wheel-hashes.json"
 LIMIT = 2000
@@ -30,7 +30,7 @@ Identity = list[int]
 
 
 def _path() -> str:
-    return os.path.join(codecache.user_cache_dir(), FILE_NAME)
+    return os.path.join(usercache.user_cache_dir(), FILE_NAME)
 
 
 def file_identity(path: str) -> Identity | None:
@@ -46,7 +46,7 @@ def load() -> dict[str, tuple[Identity, str]]:
     """path -> (identity, sha256 hex) as stored; {} when absent, foreign or corrupt."""
     try:
         with open(_path(), "rb") as f:
-            if not codecache.own_file(f.fileno()):
+            if not usercache.own_file(f.fileno()):
                 return {}
             data = json.loads(f.read())
         return {
@@ -101,7 +101,7 @@ def remember(
     if len(new) > LIMIT:
         new = {p: new[p] for p, _ in pairs if p in new}
     body = {k: [v[0], v[1]] for k, v in sorted(new.items())}
-    codecache.write_bytes(_path(), json.dumps(body).encode())
+    usercache.write_bytes(_path(), json.dumps(body).encode())
 
 
 def wheels_only(folder: str) -> list[str] | None:

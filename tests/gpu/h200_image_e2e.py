@@ -40,7 +40,7 @@ BASE_TAG = os.environ.get("BASE_TAG") or "h200-standin/torch-devel:1"
 STEPS = set((os.environ.get("E2E_STEPS") or "main,ext,project").split(","))
 OTHER_TAG = "h200-standin/torch-other:1"
 TAG = "envbuild-h200/torch-base"
-CLI = "import sys; from envbuild.cli.entry import main; sys.argv[0] = 'envbuild'; main()"
+CLI = "import sys; from envbuild.cli.main import main; sys.argv[0] = 'envbuild'; main()"
 
 
 def log(text: str) -> None:

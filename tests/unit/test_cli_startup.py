@@ -160,7 +160,6 @@ def test_resolve_imports_only_what_resolving_uses() -> None:
         "logging",
         "pathlib",  # with urllib.parse and ipaddress: only --hosts and an overlay need it
         "urllib.parse",
-        "signal",  # its enums: the SIGTERM handler is set through _signal
         "envbuild.cuda.extensions",  # only --compile-extensions
         "envbuild.cuda.wheels",
     }

@@ -1,10 +1,9 @@
-"""The compiled matrix in the user cache (envbuild.core.compiled, envbuild.matrix.load) and the
-cached dataclass code (envbuild.core.usercache): used when nothing changed, rebuilt when a matrix
-file, an overlay or the code that made it changed, ignored when corrupt or not the user's."""
+"""The compiled matrix in the user cache (envbuild.core.compiled, envbuild.matrix.load): used
+when nothing changed, rebuilt when a matrix file, an overlay or the code that made it changed,
+dropped when corrupt, ignored when not the user's."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import shutil
 import sys
@@ -17,7 +16,6 @@ import pytest
 
 from envbuild import matrix as mx
 from envbuild.core import compiled
-from envbuild.core import usercache as codecache
 from envbuild.core.resources import matrix_dir
 from envbuild.matrix import parse
 
@@ -131,13 +129,39 @@ def test_a_file_changed_just_now_is_not_stored(parses: list[int], tmp_path: Path
 def test_a_corrupt_cache_is_ignored_and_rebuilt(parses: list[int], tmp_path: Path) -> None:
     _load()
     (cached,) = (tmp_path / "cache").glob("matrix-*")
-    for garbage in (b"", b"envbuild-compiled 1\n\x80\x05garbage", cached.read_bytes()[:300]):
-        cached.write_bytes(garbage)
+    good = cached.read_bytes()
+    header_end = good.index(b".", len(b"envbuild-compiled 1\n")) + 1  # the header pickle's STOP
+    garbage = [
+        b"",
+        b"envbuild-compiled 1\n\x80\x05garbage",
+        good[:300],  # truncated
+        good[:header_end] + b"\x80\x05\x95garbage",  # a good header, a corrupt value
+    ]
+    for bad in garbage:
+        cached.write_bytes(bad)
         cached.chmod(0o600)
         assert _h200(_load()) == 753.0
-    assert len(parses) == 4
+    assert len(parses) == 5
     _load()
-    assert len(parses) == 4  # the last rebuild stored a good one again
+    assert len(parses) == 5  # the last rebuild stored a good one again
+
+
+def test_a_corrupt_file_is_removed(tmp_path: Path) -> None:
+    target = tmp_path / "value.pickle"
+    compiled.write(target, "k", [1, 2])
+    assert compiled.read(target, "k") == [1, 2]
+    assert compiled.read(target, "other key") is None and target.exists()  # stale: kept
+    target.write_bytes(target.read_bytes()[:-3])  # truncated
+    assert compiled.read(target, "k") is None
+    assert not target.exists()  # dropped: the next write starts clean
+
+
+def test_a_cached_value_that_is_not_a_matrix_is_a_miss(
+    parses: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(compiled, "read", lambda path, key: ["not a Matrix"])
+    assert _h200(_load()) == 753.0
+    assert len(parses) == 1
 
 
 def test_a_cache_others_can_write_is_not_loaded(parses: list[int], tmp_path: Path) -> None:
@@ -164,67 +188,6 @@ def test_a_changed_row_type_module_is_never_filled_from_old_data(
     source.write_text(source.read_text() + "    y = 2\n")  # a new field: another size
     assert compiled.read(target, "k") is None
     sys.modules.pop("rowtype_mod", None)
-
-
-def test_dataclass_code_is_reused_and_behaves_the_same(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("ENVBUILD_CACHE_DIR", str(tmp_path))
-    for name in ("_STORED", "_NEW", "_STATE"):
-        monkeypatch.setattr(codecache, name, {})
-    monkeypatch.setattr(dataclasses, "exec", codecache._exec_cached, raising=False)
-
-    def make() -> Any:
-        return dataclasses.make_dataclass(
-            "Point", [("x", int), ("y", int, dataclasses.field(default=0))], frozen=True
-        )
-
-    first = make()
-    assert codecache._NEW  # compiled here, stored at exit
-    codecache._save()
-    assert Path(codecache.dataclass_code_path()).is_file()
-    for name in ("_STORED", "_NEW", "_STATE"):
-        monkeypatch.setattr(codecache, name, {})
-    compiles: list[str] = []
-    real_compile = compile
-
-    def counting(source: Any, *args: Any, **kwargs: Any) -> Any:
-        compiles.append(source)
-        return real_compile(source, *args, **kwargs)
-
-    monkeypatch.setattr(codecache, "compile", counting, raising=False)
-    second = make()
-    assert compiles == []  # every method came from the file
-    assert not codecache._NEW
-    p = second(1)
-    assert (p, repr(p), hash(p) == hash(second(1))) == (second(1, 0), "Point(x=1, y=0)", True)
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        p.x = 2
-    assert first(3) != second(3)  # two classes, as without the cache
-
-
-def test_each_command_keeps_its_dataclass_code_in_its_own_file(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("ENVBUILD_CACHE_DIR", str(tmp_path))
-    for name in ("_STORED", "_NEW", "_STATE"):
-        monkeypatch.setattr(codecache, name, {})
-    monkeypatch.setattr(dataclasses, "exec", exec, raising=False)  # as before main() runs
-    monkeypatch.setattr("atexit.register", lambda fn: fn)
-    codecache.reuse_dataclass_code(scope="resolve")
-    dataclasses.make_dataclass("Point", [("x", int)], frozen=True)
-    codecache._save()
-    assert Path(codecache.dataclass_code_path("resolve")).is_file()
-    assert not Path(codecache.dataclass_code_path()).exists()
-    assert codecache.dataclass_code_path("resolve") != codecache.dataclass_code_path("lock")
-    # Only a plain name picks a file: anything else is the unscoped file.
-    for name in ("_STORED", "_NEW", "_STATE"):
-        monkeypatch.setattr(codecache, name, {})
-    monkeypatch.setattr(dataclasses, "exec", exec, raising=False)
-    codecache.reuse_dataclass_code(scope="../x")
-    dataclasses.make_dataclass("Other", [("y", int)], frozen=True)
-    codecache._save()
-    assert Path(codecache.dataclass_code_path()).is_file()
 
 
 def test_the_string_paths_name_what_the_path_helpers_name(

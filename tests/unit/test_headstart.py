@@ -271,48 +271,6 @@ def test_once_a_command_differs_the_rest_started_ahead_are_killed(
     assert ahead.taken == 1 and len(fallback.calls) == 3 + 2
 
 
-@pytest.mark.parametrize(
-    ("args", "expected"),
-    [
-        (["images/x"], ("images/x", False, False, [])),
-        (["--upgrade", "--offline", "--json", "d"], ("d", True, True, [])),
-        (
-            ["--upgrade-package", "numpy", "--upgrade-package=uv", "d"],
-            ("d", False, False, ["numpy", "uv"]),
-        ),
-        (["--check", "d"], None),  # runs no uv
-        (["--help"], None),
-        (["-h", "d"], None),
-        (["--upgrade-package"], None),
-        (["a", "b"], None),
-        ([], None),
-    ],
-)
-def test_the_early_reading_of_lock_arguments(
-    args: list[str], expected: tuple[str, bool, bool, list[str]] | None
-) -> None:
-    assert headstart._read_lock_args(args) == expected
-
-
-def test_an_early_start_goes_to_the_command_that_reads_the_same_folder_and_flags(
-    tmp_path: Path, cache: Path
-) -> None:
-    image, fallback = _image(tmp_path), Fallback()
-    options = headstart.lock_options(False, False, (), {})
-    with headstart.begin(str(image), options) as ahead:  # keeps a command
-        (tmp_path / "w1").mkdir()
-        (tmp_path / "w1" / "requirements.in").write_text(FILES["requirements.in"])
-        ahead.runner(fallback)(_argv(), tmp_path / "w1", isolated_env(os.environ))
-
-    headstart.begin_early([str(image)])
-    assert headstart.take_early(str(image), headstart.lock_options(True, False, (), {})) is None
-    headstart.begin_early([str(image)])
-    early = headstart.take_early(str(image), options)
-    assert early is not None and early.started != []
-    early.close()
-    assert headstart.take_early(str(image), options) is None  # handed over once
-
-
 def test_a_wheel_behind_a_links_page_changed_since_the_start_is_not_taken(
     tmp_path: Path, cache: Path
 ) -> None:

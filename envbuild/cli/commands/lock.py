@@ -76,9 +76,7 @@ def command(
     # uv starts before the lock path is even imported when this folder was locked the same
     # way before (envbuild/lock/headstart.py says when its result is taken); --check runs no uv.
     options = headstart.lock_options(upgrade, offline, upgrade_packages, os.environ)
-    # Started already by envbuild/cli/entry.py when it read the same folder and flags.
-    early = headstart.take_early(image_dir, options)
-    ahead = headstart.idle() if check else (early or headstart.begin(image_dir, options))
+    ahead = headstart.idle() if check else headstart.begin(image_dir, options)
     with ahead:
         from pathlib import Path
 
