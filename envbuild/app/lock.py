@@ -34,7 +34,6 @@ from envbuild.core.fsio import write_if_changed
 from envbuild.core.locations import is_direct_url, is_remote, local_path, resolve_local
 from envbuild.core.models import (
     LOCK_SCHEMA_VERSION,
-    ExtensionBuild,
     Lock,
     LockedPackage,
     Request,
@@ -45,21 +44,20 @@ from envbuild.core.versions import major_minor
 from envbuild.cuda.archs import ArchRules, cc_tuple, coverage
 from envbuild.cuda.wheels import cuda_libs
 from envbuild.lock import pins as pydeps
+from envbuild.lock.assemble import LockPins, assemble_lock
 from envbuild.lock.format import (
     body_edited,
     check_fresh,
     check_schema,
     dumps,
-    input_hash,
     loads,
     lock_path,
     read_lock_text,
     regenerate_command,
-    row_fingerprints,
     schema_version_of,
 )
 from envbuild.matrix import Matrix
-from envbuild.request.parse import load_request, request_hash
+from envbuild.request.parse import load_request
 
 if TYPE_CHECKING:  # the project readers load only for requests with project files
     from envbuild.engine.protocol import ContainerEngine
@@ -180,15 +178,11 @@ def lock_image(
         warnings += reuploaded(previous.packages, pinned.packages)
     digest, digest_warning = digest_job()
     warnings += digest_warning
-    fingerprints = row_fingerprints(stack.rows, fingerprints_job())
-    new_lock = _new_lock(request, stack, indexes, digest, pinned.packages, fingerprints, project)
-    new_lock = dataclasses.replace(new_lock, installer=installed_by)
-    # Source packages: the builder stage's toolchain and build requirements, pinned too.
-    build = source_lock.lock_build(
-        lambda r: _pin_or_pypi_hint(stack, matrix, request, r, runner), pin, stack, pinned.packages
+    pins = _lock_pins(stack, matrix, request, runner, pin, pinned, indexes, installed_by)
+    files, fingerprints = (project.files if project is not None else ()), fingerprints_job()
+    new_lock = assemble_lock(
+        request, stack, pins, matrix_fingerprints=fingerprints, files=files, base_digest=digest
     )
-    if build is not None:
-        new_lock = _with_build(new_lock, build, pinned.tool, request, pin)
     text = dumps(new_lock, command=regenerate_command(image_dir))
     written = write_if_changed(lock_path(image_dir), text)
     if written and kept is not None:
@@ -256,16 +250,30 @@ def _pin_request(
     )
 
 
-def _with_build(
-    new_lock: Lock, build: ExtensionBuild, tool: str, request: Request, pin: pydeps.PinRequest
-) -> Lock:
-    """The lock with its builder stage's pins, written as the request wrote its sources."""
-    build_pins = source_lock.as_requested(
-        pydeps.PinResult(build.packages, tool), request.indexes.find_links, pin.find_links
+def _lock_pins(
+    stack: Stack,
+    matrix: Matrix,
+    request: Request,
+    runner: Any,
+    pin: pydeps.PinRequest,
+    pinned: pydeps.PinResult,
+    indexes: _PinIndexes,
+    installer: tuple[LockedPackage, ...],
+) -> LockPins:
+    """The lock's pins: the image's packages, the installer and, for source packages, the
+    builder stage's toolchain and build requirements, pinned too (written as the request
+    wrote its sources)."""
+    build = source_lock.lock_build(
+        lambda r: _pin_or_pypi_hint(stack, matrix, request, r, runner), pin, stack, pinned.packages
     )
-    return dataclasses.replace(
-        new_lock, build=dataclasses.replace(build, packages=build_pins.packages)
-    )
+    if build is not None:
+        build_pins = source_lock.as_requested(
+            pydeps.PinResult(build.packages, pinned.tool),
+            request.indexes.find_links,
+            pin.find_links,
+        )
+        build = dataclasses.replace(build, packages=build_pins.packages)
+    return LockPins(pinned.packages, indexes.index_url, indexes.extra_index_urls, installer, build)
 
 
 INSTALLER = "uv"
@@ -350,42 +358,6 @@ def in_background(
         return box["value"]
 
     return result
-
-
-def _new_lock(
-    request: Request,
-    stack: Stack,
-    indexes: _PinIndexes,
-    digest: str | None,
-    packages: tuple[LockedPackage, ...],
-    fingerprints: dict[str, str],
-    project: ProjectInputs | None,
-) -> Lock:
-    """The lock of a resolved and pinned request."""
-    files = project.files if project is not None else ()
-    return Lock(
-        name=request.name,
-        input_hash=input_hash(request, fingerprints, files),
-        stack=stack,
-        targets=request.targets,
-        platform=request.platform,
-        # Local find-links folders are read at lock time only: they are not in the build
-        # context (render takes a wheelhouse with --find-links); only URLs travel in the lock.
-        indexes=dataclasses.replace(
-            request.indexes,
-            index_url=indexes.index_url,
-            extra_index_urls=indexes.extra_index_urls,
-            find_links=tuple(link for link in request.indexes.find_links if is_remote(link)),
-        ),
-        smoke=request.smoke,
-        base_digest=digest,
-        packages=packages,
-        compat=request.compat,
-        request_hash=request_hash(request),
-        row_fingerprints=tuple(sorted(fingerprints.items())),
-        project=request.project,
-        input_files=files,
-    )
 
 
 def _pin_with_project(

@@ -9,7 +9,6 @@ what its tag promises. The lock records those facts and the base's id and regist
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -17,13 +16,13 @@ from typing import Any
 from envbuild.app import lock_base_extras as base_extras
 from envbuild.core.errors import EngineError, UserError
 from envbuild.core.fsio import write_if_changed
-from envbuild.core.locations import is_remote
 from envbuild.core.models import BaseFacts, Lock, Request
 from envbuild.core.resources import payload_dir
 from envbuild.engine.protocol import ContainerEngine, RunSpec
-from envbuild.lock.format import dumps, input_hash, lock_path, regenerate_command, row_fingerprints
+from envbuild.lock.assemble import LockPins, assemble_lock
+from envbuild.lock.format import dumps, lock_path, regenerate_command
 from envbuild.matrix import Matrix, NgcImage
-from envbuild.request.parse import parse_framework_requirement, request_hash
+from envbuild.request.parse import parse_framework_requirement
 from envbuild.resolver import base as framework_base
 
 PROBE_TIMEOUT_S = 180
@@ -196,31 +195,23 @@ def lock_framework_base(
         offline=offline,
         runner=runner,
     )
-    packages, tool = extras.packages, extras.tool
     warnings += extras.notes
-    files = extras.project.files if extras.project is not None else ()
-    fingerprints = row_fingerprints(stack.rows, matrix.fingerprints())
-    lock = Lock(
-        name=request.name,
-        input_hash=input_hash(request, fingerprints, files),
-        stack=stack,
-        targets=request.targets,
-        platform=request.platform,
-        indexes=dataclasses.replace(
-            request.indexes,
-            find_links=tuple(link for link in request.indexes.find_links if is_remote(link)),
-        ),
-        smoke=request.smoke,
-        base_digest=digest,
-        packages=packages,
-        compat=request.compat,
-        request_hash=request_hash(request),
-        row_fingerprints=tuple(sorted(fingerprints.items())),
-        base_facts=facts,
-        project=request.project,
-        input_files=files,
+    pins = LockPins(
+        packages=extras.packages,
+        # uv pinned the extras from the request's own indexes (lock_base_extras.lock_extras).
+        index_url=request.indexes.index_url,
+        extra_index_urls=request.indexes.extra_index_urls,
         build=extras.build,
+    )
+    lock = assemble_lock(
+        request,
+        stack,
+        pins,
+        matrix_fingerprints=matrix.fingerprints(),
+        files=extras.project.files if extras.project is not None else (),
+        base_digest=digest,
+        base_facts=facts,
     )
     text = dumps(lock, command=regenerate_command(image_dir))
     written = write_if_changed(lock_path(image_dir), text)
-    return lock, text, tuple(warnings), tool, written
+    return lock, text, tuple(warnings), extras.tool, written

@@ -6,7 +6,8 @@ naming the command that regenerates it, a schema version that newer files are re
 input hash (request + the matrix rows the stack used) for `lock --check`, a content hash of the
 body so a hand edit is detected, sorted tables and no timestamps so the same inputs give the
 same bytes. Writing it (only when the text changed, atomically, under a file lock) is
-`envbuild.core.fsio`; making one is the lock use case, `envbuild.app.lock`.
+`envbuild.core.fsio`; assembling one is `envbuild.lock.assemble`, making one the lock use
+case, `envbuild.app.lock`. The format is documented for readers in docs/lockfile.md.
 """
 
 from __future__ import annotations
