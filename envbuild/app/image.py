@@ -27,7 +27,6 @@ from envbuild.build.pipeline import (
     PassStore,
     build_and_verify,
     default_tag,
-    shm_mib_for,
 )
 from envbuild.core.errors import EnvbuildError, RegistryError, UserError
 from envbuild.core.models import Lock
@@ -46,6 +45,7 @@ from envbuild.render.dockerfile import (
     wheel_paths,
 )
 from envbuild.smoke import plan as smoke
+from envbuild.smoke.container import limits_for
 
 
 @dataclass(frozen=True)
@@ -281,11 +281,6 @@ def make_judge(plan: SmokePlan) -> Judge:
     return judge
 
 
-def needs_gpu(lock: Lock) -> bool:
-    """A GPU image: its stack has CUDA. A CPU stack's smoke test runs its CPU path, no flag."""
-    return lock.stack.cuda is not None
-
-
 def prepare(
     *,
     image_dir: Path,
@@ -310,8 +305,8 @@ def prepare(
     wheels = wheel_paths(options.find_links) if options.find_links is not None else {}
     context = BuildContext(files, wheels)
     # A CPU image's plan allows the CPU without the flag (as render writes it into the image).
-    plan = smoke.plan(lock, allow_cpu=request.allow_cpu or not needs_gpu(lock), matrix=matrix)
-    min_shm = int(plan.get("min_shm_mib", lock.smoke.min_shm_mib) or lock.smoke.min_shm_mib)
+    plan = smoke.plan(lock, allow_cpu=request.allow_cpu or not lock.is_gpu, matrix=matrix)
+    limits = limits_for(lock.smoke, kill_after=request.smoke_timeout)
     locked_base = lock.stack.base_image.ref
     name = lock.name or image_dir.name
     job = ImageJob(
@@ -320,10 +315,10 @@ def prepare(
         lock_text=lock_text,
         lock_sha256=sha,
         tag=request.tag or default_tag(_tag_name(name), sha),
-        needs_gpu=needs_gpu(lock),
+        needs_gpu=lock.is_gpu,
         allow_cpu=request.allow_cpu,
-        timeout_s=request.smoke_timeout or smoke.kill_after_s(lock.smoke.timeout_s),
-        shm_mib=shm_mib_for(min_shm),
+        timeout_s=limits.kill_after_s,
+        shm_mib=limits.shm_mib,
         locked_base_image=locked_base,
         base_image=build_inputs.base_image or locked_base,
         keep_failed=request.keep_failed,

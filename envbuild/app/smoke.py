@@ -14,7 +14,6 @@ from pathlib import Path
 
 from envbuild import matrix as matrix_data
 from envbuild.app import inputs
-from envbuild.build.pipeline import shm_mib_for
 from envbuild.core.documents import DocumentError, json_loads
 from envbuild.core.errors import SmokeFailed, UserError
 from envbuild.core.fsio import read_input
@@ -24,6 +23,7 @@ from envbuild.engine.protocol import ContainerEngine, RunResult
 from envbuild.host.gpu_attach import Attachment
 from envbuild.payload.smoke_checks import REPORT_MARKER, SmokePlan
 from envbuild.smoke import plan as smoke
+from envbuild.smoke.container import limits_for, smoke_container
 
 
 def run(
@@ -133,13 +133,7 @@ def run_in_image(
 ) -> RunResult:
     """Run a built image's own payload and plan on this host's GPUs (validate), attached as
     `attach` says (None: no GPU)."""
-    return engine.run(
-        smoke.container_spec(
-            image,
-            allow_cpu=False,
-            attach=attach,
-            shm_mib=shm_mib_for(lock.smoke.min_shm_mib),
-            timeout_s=smoke.kill_after_s(lock.smoke.timeout_s),
-            environ=os.environ,
-        )
+    container = smoke_container(
+        image, limits_for(lock.smoke), allow_cpu=False, attach=attach, environ=os.environ
     )
+    return engine.run(container.run_spec())

@@ -11,9 +11,8 @@ from typing import Any, Literal
 
 from envbuild import matrix as matrix_data
 from envbuild.app import inputs
-from envbuild.app.image import needs_gpu
 from envbuild.app.smoke import run_in_image
-from envbuild.build.pipeline import LOCK_LABEL, shm_mib_for
+from envbuild.build.pipeline import LOCK_LABEL
 from envbuild.core.errors import EnvbuildError, SmokeFailed, UserError
 from envbuild.core.fsio import write_atomic
 from envbuild.core.models import Lock
@@ -28,6 +27,7 @@ from envbuild.preflight import validate as rules_of_validate
 from envbuild.preflight.fleet import FleetResult, FleetView, fleet_view
 from envbuild.preflight.validate import Check, ValidateResult
 from envbuild.smoke import plan as smoke
+from envbuild.smoke.container import limits_for, smoke_container
 
 
 def validate(
@@ -163,7 +163,7 @@ def _run_smoke(
     engine.ping()
     attached: tuple[Check, ...] = ()
     way = None
-    if needs_gpu(lock):
+    if lock.is_gpu:
         way = engine.gpu_attach(want=attach.want, devices=attach.devices)
         if not way.ok:
             message, hint = unavailable_message(way)
@@ -179,11 +179,12 @@ def _smoke_checks(result: RunResult, image: str, lock: Lock, plan: SmokePlan) ->
     """The payload's output as validate checks."""
     if result.timed_out:
         command = " ".join(smoke.payload_command(allow_cpu=False))
+        killed_at = limits_for(lock.smoke).kill_after_s
         return (
             Check(
                 "smoke",
                 "fail",
-                f"the smoke payload did not finish in {smoke.kill_after_s(lock.smoke.timeout_s)} s",
+                f"the smoke payload did not finish in {killed_at} s",
                 f"run it by hand with NCCL_DEBUG=INFO: docker run --rm --gpus all {image} {command}",
             ),
         )
@@ -293,15 +294,18 @@ def _jobs(
     for host in fits:
         nodes.setdefault(_node_of(view, host, hosts_file), host)
     name = lock.name or label
+    # The Job's container is the one `validate` runs here, without this shell's NCCL settings
+    # (the manifest must not depend on who wrote it).
+    container = smoke_container(
+        image, limits_for(lock.smoke), allow_cpu=False, attach=None, environ={}
+    )
     return [
         reports.k8s_job(
-            image=image,
+            smoke=container,
             name=name,
             job_name=job_name,
             node=node,
             gpus=gpus_per_pod or max(view.gpu_counts[host], 1),
-            smoke_timeout_s=lock.smoke.timeout_s,
-            shm_size=f"{shm_mib_for(lock.smoke.min_shm_mib)}Mi",
         )
         for job_name, (node, host) in zip(
             reports.job_names(name, list(nodes)), nodes.items(), strict=True

@@ -32,7 +32,8 @@ from envbuild.core.errors import (
 )
 from envbuild.host.gpu_attach import Attachment, GpuChoice, unavailable_message
 from envbuild.smoke.project_step import run_command
-from envbuild.smoke.plan import SmokeJudgement, container_spec
+from envbuild.smoke.container import SmokeLimits, smoke_container
+from envbuild.smoke.plan import SmokeJudgement
 
 LOCK_LABEL = "envbuild.lock"
 LOCK_SHA_LABEL = "envbuild.lock.sha256"
@@ -42,20 +43,11 @@ STDERR_TAIL_LINES = 30
 LOCK_LABEL_MAX_BYTES = 256 * 1024
 """docker-py sends build-API labels in the request URL; Docker 20.10 answered a 900 KiB label
 with "431 Request Header Fields Too Large" and took 400 KiB (measured while writing this module)."""
-DEFAULT_SHM_MIB = 2048
-"""Docker's default /dev/shm is 64 MB; DataLoader workers and NCCL need far more
-(https://docs.docker.com/reference/cli/docker/container/run/#shm-size; NCCL's
-troubleshooting page names /dev/shm as the cause of its "Bus error" failures)."""
 
 
 def default_tag(name: str, lock_sha256: str) -> str:
     """`envbuild/<name>:<first 12 hex of the lock's sha256>`."""
     return f"envbuild/{name or 'image'}:{lock_sha256[:12]}"
-
-
-def shm_mib_for(min_shm_mib: int) -> int:
-    """At least what the plan needs (the payload asserts it), and never below 2 GiB."""
-    return max(DEFAULT_SHM_MIB, min_shm_mib)
 
 
 Judge = Callable[[RunResult], SmokeJudgement]
@@ -75,7 +67,9 @@ class ImageJob:
     """A GPU image (the lock's framework variant is not CPU)."""
     allow_cpu: bool
     timeout_s: int
+    """When the smoke container is killed (`SmokeLimits.kill_after_s` of `limits_for`)."""
     shm_mib: int
+    """Its /dev/shm (`SmokeLimits.shm_mib`)."""
     locked_base_image: str
     base_image: str
     """The base actually built from (== locked unless --base-image replaced it)."""
@@ -312,23 +306,6 @@ class PassStore(Protocol):
     def record_built(self, context_key: str, entry: Mapping[str, Any]) -> None: ...
 
 
-def _project_step(
-    engine: ContainerEngine, spec: RunSpec, job: ImageJob, candidate: str, progress: ProgressFn
-) -> dict[str, Any] | None:
-    """The project's own smoke step, run as the payload ran; None when it has none."""
-    if not job.smoke_command:
-        return None
-    return run_command(
-        engine,
-        spec,
-        job.smoke_command,
-        name=job.name,
-        keep_failed=job.keep_failed,
-        candidate=candidate,
-        progress=progress,
-    )
-
-
 def build_and_verify(
     engine: ContainerEngine,
     job: ImageJob,
@@ -406,6 +383,24 @@ def build_and_verify(
     return outcome
 
 
+def _project_step(
+    engine: ContainerEngine, spec: RunSpec, job: ImageJob, candidate: str, progress: ProgressFn
+) -> dict[str, Any] | None:
+    """The project's own step (`[smoke] command`): run only after the payload passed, as the
+    payload ran; None when the project has none."""
+    if not job.smoke_command:
+        return None
+    return run_command(
+        engine,
+        spec,
+        job.smoke_command,
+        name=job.name,
+        keep_failed=job.keep_failed,
+        candidate=candidate,
+        progress=progress,
+    )
+
+
 def _build(
     engine: ContainerEngine, job: ImageJob, progress: ProgressFn
 ) -> tuple[BuildResult, float]:
@@ -421,15 +416,14 @@ def _build(
 
 def _smoke_spec(job: ImageJob, candidate: str, attach: Attachment | None) -> RunSpec:
     """The smoke container: the payload in the candidate, with the job's GPUs and limits."""
-    return container_spec(
+    return smoke_container(
         candidate,
+        SmokeLimits(shm_mib=job.shm_mib, kill_after_s=job.timeout_s),
         allow_cpu=job.allow_cpu,
         attach=attach,
-        shm_mib=job.shm_mib,
-        timeout_s=job.timeout_s,
         environ=os.environ,
         labels={LOCK_SHA_LABEL: job.lock_sha256},
-    )
+    ).run_spec()
 
 
 def _unchanged(

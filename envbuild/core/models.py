@@ -328,6 +328,13 @@ class Lock:
     every package: pip installs it hash-checked, then it installs `packages`); empty: pip
     installs `packages` itself (a lock made before envbuild pinned one)."""
 
+    @property
+    def is_gpu(self) -> bool:
+        """The one rule for "a GPU image": its stack has CUDA and is not a CPU flavour. A GPU
+        image carries the toolkit variables and its smoke test needs a GPU (or --allow-cpu);
+        a CPU image's runs the CPU path without the flag."""
+        return self.stack.flavour != "cpu" and self.stack.cuda is not None
+
 
 FRAMEWORK_FLAVOUR = "framework"
 """`Stack.flavour` of a framework base: the base holds the framework, envbuild adds the rest."""

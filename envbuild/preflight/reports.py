@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from envbuild.preflight.validate import Check
-from envbuild.smoke.plan import payload_command
+from envbuild.smoke.container import SmokeContainer
+from envbuild.smoke.plan import SMOKE_GRACE_S
 
 # --- Kubernetes Job manifest ---------------------------------------------------------------------
 
@@ -96,17 +97,10 @@ def job_names(name: str, nodes: Sequence[str]) -> list[str]:
 
 
 def k8s_job(
-    *,
-    image: str,
-    name: str,
-    job_name: str,
-    node: str,
-    gpus: int,
-    smoke_timeout_s: int = 600,
-    shm_size: str = "2048Mi",
-    command: Sequence[str] = payload_command(allow_cpu=False),
+    *, smoke: SmokeContainer, name: str, job_name: str, node: str, gpus: int
 ) -> dict[str, Any]:
-    """A batch/v1 Job that runs the smoke payload of `image` once, on the node `node`.
+    """A batch/v1 Job that runs the smoke container `smoke` (its image, command, /dev/shm,
+    environment and the plan's timeout) once, on the node `node`.
 
     The pod is pinned by node affinity on the kubernetes.io/hostname label (the kubelet sets it
     to the node's hostname, lowercased), so the verdict is about that host and no other. It asks
@@ -121,14 +115,19 @@ def k8s_job(
         "operator": "In",
         "values": [node],
     }
-    container = {
+    container: dict[str, Any] = {
         "name": "smoke",
-        "image": image,
-        "command": list(command),
+        "image": smoke.image,
+        "command": list(smoke.command),
         "resources": {"limits": {"nvidia.com/gpu": int(gpus)}},
         "securityContext": {"runAsNonRoot": True, "allowPrivilegeEscalation": False},
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
     }
+    if smoke.environment:
+        container["env"] = [{"name": k, "value": v} for k, v in smoke.environment.items()]
+    timeout_s = smoke.limits.timeout_s
+    if timeout_s is None:  # only the kill time is known: the plan's timeout is before it
+        timeout_s = smoke.limits.kill_after_s - SMOKE_GRACE_S
     pod = {
         "restartPolicy": "Never",
         "affinity": {
@@ -140,7 +139,9 @@ def k8s_job(
         },
         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
         "containers": [container],
-        "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_size}}],
+        "volumes": [
+            {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{smoke.shm_mib}Mi"}}
+        ],
     }
     return {
         "apiVersion": "batch/v1",
@@ -152,7 +153,7 @@ def k8s_job(
         },
         "spec": {
             "backoffLimit": 0,
-            "activeDeadlineSeconds": int(smoke_timeout_s) + PULL_MARGIN_S,
+            "activeDeadlineSeconds": int(timeout_s) + PULL_MARGIN_S,
             "ttlSecondsAfterFinished": 86400,
             "template": {"metadata": {"labels": labels}, "spec": pod},
         },

@@ -195,11 +195,6 @@ def _check_pem(data: bytes) -> None:
 # --- template values ------------------------------------------------------------------------
 
 
-def is_gpu(lock: Lock) -> bool:
-    """A GPU image carries the toolkit variables; CPU stacks (flavour cpu or no CUDA) do not."""
-    return lock.stack.flavour != "cpu" and lock.stack.cuda is not None
-
-
 def _is_devel(lock: Lock) -> bool:
     base = lock.stack.base_image
     if lock.stack.flavour == FRAMEWORK_FLAVOUR:
@@ -309,7 +304,7 @@ def template_values(
         # Classic builder + wheelhouse of a GPU stack: its CUDA wheels (GBs) would stay in a
         # COPY layer beside the installed venv, CUDA twice; a builder stage installs them and
         # only /opt/venv is copied over. A CPU stack keeps the one stage (base.Dockerfile.j2).
-        "wheel_stage": options.find_links is not None and not options.buildkit and is_gpu(lock),
+        "wheel_stage": options.find_links is not None and not options.buildkit and lock.is_gpu,
         "wheels_path": _WHEELS_PATH,
         "ca_cert": options.ca_cert is not None,
         "ca_path": _CA_PATH_SECRET if options.buildkit else _CA_PATH_CLASSIC,
@@ -362,7 +357,7 @@ def _stack_values(lock: Lock, default_name: str) -> dict[str, Any]:
     )
     if framework.index_url:  # rendered only when a package came from it; still checked
         check_url(framework.index_url, "framework index URL")
-    gpu = is_gpu(lock)
+    gpu = lock.is_gpu
     require_cuda = ""
     cuda = ""
     if gpu:
@@ -670,7 +665,7 @@ def build_context(
         "envbuild.lock": lock_text.encode("utf-8"),
     }
     # A CPU image's smoke plan must allow the CPU; a GPU image's must not fall back to it.
-    plan = smoke.plan(lock, allow_cpu=not is_gpu(lock), matrix=matrix)
+    plan = smoke.plan(lock, allow_cpu=not lock.is_gpu, matrix=matrix)
     files["plan.json"] = (json.dumps(plan, sort_keys=True, indent=2) + "\n").encode("utf-8")
     files.update(_payload_files())
     if options.ca_cert is not None:

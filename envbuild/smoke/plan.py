@@ -23,8 +23,6 @@ from envbuild.core.errors import SmokeFailed
 from envbuild.core.models import Lock, SmokeSettings
 from envbuild.cuda.archs import ArchRules, parse_arch
 from envbuild.cuda.wheels import cuda_libs
-from envbuild.engine.protocol import RunSpec
-from envbuild.host.gpu_attach import Attachment
 from envbuild.matrix import Matrix
 from envbuild.payload import smoke_checks as ck
 from envbuild.payload.smoke_checks import REPORT_MARKER, Baseline, SmokePlan
@@ -43,23 +41,6 @@ REQUIRED_TIER1 = ("gpu-visible", "cuda-build", "driver-floor", "shm")
 REQUIRED_TIER2 = ("loss-falling", "grads")
 
 
-# Host variables a smoke container inherits: NCCL's own settings (a node whose NVLink multicast
-# must stay off runs with NCCL_NVLS_ENABLE=0; a NIC choice is NCCL_SOCKET_IFNAME), as the
-# variables are listed in https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html.
-PASSTHROUGH_PREFIXES = ("NCCL_", "TORCH_NCCL_", "NVSHMEM_")
-ROLE_LABEL = "envbuild.role"
-"""The label of every container envbuild starts (`envbuild.role=smoke`)."""
-
-
-def passthrough_environment(environ: Mapping[str, str]) -> dict[str, str]:
-    """The NCCL settings of the invoking environment, for the smoke container (sorted)."""
-    return {
-        key: environ[key]
-        for key in sorted(environ)
-        if key.startswith(PASSTHROUGH_PREFIXES) and "\n" not in environ[key]
-    }
-
-
 def kill_after_s(timeout_s: int) -> int:
     """The one timeout rule of every smoke runner (host subprocess, image build, validate):
     kill the payload SMOKE_GRACE_S after the plan's timeout_s."""
@@ -70,32 +51,6 @@ def payload_command(*, allow_cpu: bool) -> tuple[str, ...]:
     """The payload as an image runs it: the venv's python (on PATH) and the image's plan."""
     command: tuple[str, ...] = ("python", PAYLOAD_DIR, "--plan", PLAN_PATH)
     return (*command, "--allow-cpu") if allow_cpu else command
-
-
-def container_spec(
-    image: str,
-    *,
-    allow_cpu: bool,
-    attach: Attachment | None,
-    shm_mib: int,
-    timeout_s: int,
-    environ: Mapping[str, str],
-    labels: Mapping[str, str] | None = None,
-) -> RunSpec:
-    """The one smoke container (`image` tests a candidate, `validate` a built image): the image's
-    own payload and plan, the GPUs `attach` names (None: none), the caller's NCCL settings, and
-    the ROLE_LABEL every smoke container carries so a leftover one can be found. `timeout_s` is
-    the kill time (kill_after_s of the plan's timeout)."""
-    return RunSpec(
-        image=image,
-        command=payload_command(allow_cpu=allow_cpu),
-        gpus=attach is not None,
-        gpu_attach=attach,
-        shm_size=f"{shm_mib}m",
-        timeout_s=timeout_s,
-        environment=passthrough_environment(environ),
-        labels={ROLE_LABEL: "smoke", **(labels or {})},
-    )
 
 
 @dataclass(frozen=True)
@@ -201,7 +156,7 @@ def plan(
         name = lock.name
         framework = stack.framework.name
         expect["framework"] = stack.framework.version
-        cpu_lock = stack.cuda is None
+        cpu_lock = not lock.is_gpu
         if stack.cuda is not None:
             expect["cuda"] = stack.cuda
             # The locked wheels are the libraries the framework loads (cudawheels).

@@ -26,7 +26,7 @@ from envbuild.core.errors import (
 )
 from envbuild.engine.docker import DockerEngine
 from envbuild.engine.protocol import RunSpec
-from envbuild.smoke.plan import ROLE_LABEL
+from envbuild.smoke.container import ROLE_LABEL
 from tests.integration.engine_cases import BASE, CASES, job, judge
 
 

@@ -14,7 +14,7 @@ from envbuild.engine.docker import DockerEngine
 from envbuild.engine.protocol import RunSpec
 from envbuild.host import probe as hostinfo
 from envbuild.host.gpu_attach import choose, from_host_facts
-from envbuild.smoke.plan import ROLE_LABEL
+from envbuild.smoke.container import ROLE_LABEL
 from tests.integration.engine_cases import BASE
 
 pytestmark = pytest.mark.engine

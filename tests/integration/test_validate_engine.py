@@ -18,7 +18,7 @@ from envbuild.app import validate as validate_use_case
 from envbuild.build.pipeline import LOCK_LABEL
 from envbuild.engine.docker import DockerEngine
 from envbuild.lock.format import dumps
-from envbuild.smoke.plan import ROLE_LABEL
+from envbuild.smoke.container import ROLE_LABEL
 from tests.unit.test_validate import HOSTS, make_lock
 
 pytestmark = pytest.mark.engine

@@ -18,7 +18,6 @@ from envbuild.build.pipeline import (
     build_and_verify,
     default_tag,
     report_label,
-    shm_mib_for,
 )
 from envbuild.core.errors import (
     BuildError,
@@ -30,7 +29,8 @@ from envbuild.core.errors import (
 )
 from envbuild.engine.protocol import BuildResult, ProgressFn, RunResult, RunSpec
 from envbuild.host.gpu_attach import Attachment
-from envbuild.smoke.plan import ROLE_LABEL, SmokeJudgement, payload_command
+from envbuild.smoke.container import ROLE_LABEL, shm_mib_for
+from envbuild.smoke.plan import SmokeJudgement, payload_command
 
 LOCK_TEXT = "# envbuild.lock\nname = 'demo'\n"
 SHA = "ab" * 32

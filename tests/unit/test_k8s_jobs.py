@@ -17,7 +17,9 @@ import yaml
 from click.testing import CliRunner
 
 from envbuild.cli.main import cli
+from envbuild.core.models import SmokeSettings
 from envbuild.preflight import reports
+from envbuild.smoke.container import limits_for, smoke_container
 
 ROOT = Path(__file__).resolve().parents[2]
 HOSTS = ROOT / "tests" / "fixtures" / "hosts"
@@ -76,14 +78,15 @@ def schema_errors(value: Any, schema: dict[str, Any], where: str = "$") -> list[
     return errors
 
 
-def a_job(**over: Any) -> dict[str, Any]:
+def a_job(*, min_shm_mib: int = 1024, **over: Any) -> dict[str, Any]:
+    settings = SmokeSettings(timeout_s=900, min_shm_mib=min_shm_mib)
+    smoke = smoke_container(IMAGE, limits_for(settings), allow_cpu=False, attach=None, environ={})
     args: dict[str, Any] = {
-        "image": IMAGE,
+        "smoke": smoke,
         "name": "torch-train",
         "job_name": "envbuild-validate-torch-train-h100-a",
         "node": "h100-a",
         "gpus": 8,
-        "smoke_timeout_s": 900,
     }
     return reports.k8s_job(**{**args, **over})
 
@@ -106,7 +109,7 @@ def test_the_schema_check_catches_what_the_api_server_would_refuse() -> None:
 
 
 def test_one_job_is_pinned_to_its_node_with_gpus_shm_and_deadline() -> None:
-    job = a_job(shm_size="4096Mi")
+    job = a_job(min_shm_mib=4096)
     doc = yaml.safe_load(reports.to_yaml(job))
     assert doc == job  # the emitter loses nothing
     spec = doc["spec"]

@@ -126,7 +126,7 @@ def test_every_example_keeps_the_toolkit_contract(image_dir: Path) -> None:
     lock = loads(text)
     rendered = render_dockerfile(lock, options=RenderOptions(), lock_text=text)
     env = _env(_final_stage(rendered))
-    if render.is_gpu(lock):
+    if lock.is_gpu:
         assert env["NVIDIA_VISIBLE_DEVICES"] == "all"
         assert env["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility"
         assert env["NVIDIA_REQUIRE_CUDA"] == lock.stack.base_image.require_cuda

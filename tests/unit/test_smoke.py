@@ -309,7 +309,7 @@ def test_committed_fault_reports_fail_for_the_right_reason() -> None:
 
 
 def test_smoke_containers_inherit_only_ncclish_settings() -> None:
-    from envbuild.smoke.plan import passthrough_environment
+    from envbuild.smoke.container import passthrough_environment
 
     environ = {
         "NCCL_NVLS_ENABLE": "0",
