@@ -29,8 +29,8 @@ from envbuild.build.pipeline import (
     default_tag,
 )
 from envbuild.core.errors import EnvbuildError, RegistryError, UserError
-from envbuild.core.models import Lock
 from envbuild.core.values import parse_image_ref
+from envbuild.engine import select
 from envbuild.engine.protocol import ContainerEngine, RunResult
 from envbuild.engine.registry import split_tag
 from envbuild.host.gpu_attach import GpuChoice
@@ -61,8 +61,8 @@ class ImageRequest:
     """After a pass, push to this reference ("" = the tag); None = no push."""
     save: Path | None = None
     """After a pass, write the image as a docker-archive here; None = no archive."""
-    engine: str = "docker"
-    """"docker" (DOCKER_HOST) or "podman" (its Docker-compatible socket)."""
+    engine: str = select.DEFAULT_ENGINE
+    """A name in the engine registry (`envbuild.engine.select.ENGINES`)."""
     cache_from: tuple[str, ...] = ()
     """BuildKit `--cache-from` specs, passed through (needs --buildkit)."""
     cache_to: tuple[str, ...] = ()
@@ -180,14 +180,9 @@ def context_key(engine: ContainerEngine, job: ImageJob) -> str:
 
 def pass_store(engine: ContainerEngine, job: ImageJob, request: ImageRequest) -> PassStore:
     """This host's smoke passes for this run's settings (`envbuild.build.passes`)."""
-    import os
-
     from envbuild.build import passes as smokepass
 
-    if request.engine == "podman":
-        address = inputs.podman_socket()
-    else:
-        address = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    address = select.kind_of(request.engine).address()
     server = getattr(engine, "server", None)
     try:
         identity: tuple[str, ...] = tuple(server()) if callable(server) else ()

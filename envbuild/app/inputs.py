@@ -4,13 +4,13 @@ the locks in reach, this host's facts, and the container engine.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from envbuild import matrix as matrix_data
 from envbuild.core.errors import UserError
 from envbuild.core.models import Lock, Request
+from envbuild.engine import select
 from envbuild.engine.protocol import ContainerEngine
 from envbuild.lock.format import check_fresh, loads, lock_path, read_lock_text
 from envbuild.request.parse import load_request
@@ -86,7 +86,9 @@ def host_facts(facts_file: Path | None) -> dict[str, Any]:
     )
 
     if facts_file is None:
-        return hostinfo.probe_facts()
+        from envbuild.engine.facts import probe_engine
+
+        return hostinfo.probe_facts(engine=probe_engine())
     hosts = hostinfo.load_facts_file(facts_file)
     if len(hosts) != 1:
         raise UserError(
@@ -97,41 +99,10 @@ def host_facts(facts_file: Path | None) -> dict[str, Any]:
     return hosts[0]
 
 
-ENGINES = ("docker", "podman")
-
-
-def podman_socket() -> str:
-    """Podman's API socket: $CONTAINER_HOST, else the rootful or rootless default
-    (docs.podman.io/en/latest/markdown/podman-system-service.1.html)."""
-    if os.environ.get("CONTAINER_HOST"):
-        return os.environ["CONTAINER_HOST"]
-    if os.geteuid() == 0:
-        return "unix:///run/podman/podman.sock"
-    runtime = os.environ.get("XDG_RUNTIME_DIR") or f"/run/user/{os.getuid()}"
-    return f"unix://{runtime}/podman/podman.sock"
-
-
 def make_engine(
-    *, buildkit: bool, engine: str = "docker", buildx: BuildxOptions | None = None
+    *, buildkit: bool, engine: str = select.DEFAULT_ENGINE, buildx: BuildxOptions | None = None
 ) -> ContainerEngine:
-    """The engine: Docker (docker-py over DOCKER_HOST), BuildKit through `docker buildx` when
-    asked, or Podman through its Docker-compatible API (`podman system service`).
-
-    Imported here, not at the top: only the engine modules import docker, and only the use
-    cases that start containers load them."""
-    from envbuild.engine.docker import DockerEngine
-
-    if engine not in ENGINES:
-        raise UserError(f"unknown engine {engine!r}", hint=f"pick one of {', '.join(ENGINES)}")
-    if engine == "podman":
-        if buildkit:
-            raise UserError(
-                "--buildkit is Docker's buildx; Podman builds with Buildah",
-                hint="drop --buildkit with --engine podman",
-            )
-        return DockerEngine(base_url=podman_socket())
-    if buildkit:
-        from envbuild.engine.buildx import BuildxEngine
-
-        return BuildxEngine(options=buildx)
-    return DockerEngine()
+    """The engine `engine` names in the registry (`envbuild.engine.select`): Docker, BuildKit
+    through `docker buildx` when asked, or Podman through its Docker-compatible API (the
+    registry imports docker-py only when it makes one)."""
+    return select.make_engine(engine, buildkit=buildkit, buildx=buildx)

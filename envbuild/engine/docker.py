@@ -1,4 +1,5 @@
-"""The Docker engine through docker-py (classic builder). The only module that imports `docker`.
+"""The Docker engine through docker-py (classic builder); Podman's differences are in
+engine/podman.py. Only the engine modules import `docker`.
 
 Every docker-py / requests failure is turned into a typed envbuild error here, so nothing above
 this module sees a docker exception or a traceback. Containers this module starts are always
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 import re
 import tarfile
 import time
@@ -31,7 +31,10 @@ from envbuild.core.errors import (
     GpuUnavailableError,
     UserError,
 )
+from envbuild.engine import podman
+from envbuild.engine.facts import parse_docker_info
 from envbuild.engine.protocol import BuildResult, ProgressFn, RunResult, RunSpec
+from envbuild.engine.select import docker_address
 from envbuild.host.gpu_attach import (
     ALL,
     ATTACH_HINT,
@@ -41,11 +44,9 @@ from envbuild.host.gpu_attach import (
     engine_facts,
     unavailable_message,
 )
-from envbuild.host.probe import parse_docker_info, probe_cdi, probe_toolkit
+from envbuild.host.probe import probe_cdi, probe_toolkit
 
 LOG_TAIL_LINES = 25
-PODMAN_CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
-"""Where Podman reads CDI specs (github.com/cncf-tags/container-device-interface, spec dirs)."""
 _PUSHED_RE = re.compile(r"digest: (sha256:[0-9a-f]{64})")
 POLL_S = 0.25
 STEP_LINE_MAX = 160
@@ -89,15 +90,8 @@ DAEMON_HINT = (
 )
 
 
-PODMAN_HINT = (
-    "start Podman's API service (`sudo systemctl start podman.socket`; rootless: `systemctl "
-    "--user start podman.socket`; or `podman system service --time=0 {host} &`), or point "
-    "CONTAINER_HOST at it"
-)
-
-
 def docker_host() -> str:
-    return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    return docker_address()
 
 
 def context_tar(context: Mapping[str, bytes]) -> bytes:
@@ -231,7 +225,7 @@ class DockerEngine:
             message = f"permission denied on the Docker engine socket at {host}"
         else:
             message = f"cannot reach the Docker engine at {host}"
-        hint = PODMAN_HINT.format(host=host) if "podman" in host else DAEMON_HINT.format(host=host)
+        hint = (podman.HINT if "podman" in host else DAEMON_HINT).format(host=host)
         return EngineError(
             message,
             hint=hint,
@@ -489,8 +483,7 @@ class DockerEngine:
         (Podman's Docker-compatible API names itself in `GET /version`'s Components)."""
         if self._server is None:
             info: dict[str, Any] = self._call("report its version", self.client.version)
-            names = [str(c.get("Name", "")) for c in info.get("Components") or ()]
-            product = "Podman" if any("podman" in n.lower() for n in names) else "Docker"
+            product = "Podman" if podman.answers_podman(info) else "Docker"
             self._server = (product, str(info.get("Version") or "?"))
         return self._server
 
@@ -502,32 +495,16 @@ class DockerEngine:
         """The builder behind the build API, in words (`envbuild image` prints it)."""
         product, version = self.server()
         if product == "Podman":
-            return f"Buildah (Podman {version}, Docker-compatible API)"
+            return podman.builder(version)
         return f"classic builder (Docker {version})"
 
     def _create(self, kwargs: dict[str, Any]) -> Any:
-        """`containers.create`, except for CDI devices on Podman: its Docker-compatible API
-        drops a CDI DeviceRequest without an error and refuses CDI names in `Devices`
-        (measured, Podman 4.3.1), so the container is created through Podman's own API, which
-        takes them (docs.podman.io/en/latest/_static/api.html, ContainerCreateLibpod)."""
-        requests_ = kwargs.get("device_requests") or []
-        cdi = [d for r in requests_ if r.get("Driver") == "cdi" for d in r.get("DeviceIDs") or ()]
+        """`containers.create`, except for CDI devices on Podman, which its own API creates
+        (`podman.create_with_cdi` says why)."""
+        cdi = podman.cdi_devices(kwargs)
         if not (cdi and self.is_podman):
             return self.client.containers.create(**kwargs)
-        spec = {
-            "name": kwargs["name"],
-            "image": kwargs["image"],
-            "command": list(kwargs["command"]),
-            "env": dict(kwargs.get("environment") or {}),
-            "labels": dict(kwargs.get("labels") or {}),
-            "shm_size": docker.utils.parse_bytes(kwargs["shm_size"]),
-            "devices": [{"path": d} for d in cdi],
-        }
-        api = self.client.api
-        resp = api.post(f"{api.base_url}/v4.0.0/libpod/containers/create", json=spec)
-        if resp.status_code >= 400:
-            raise docker.errors.APIError(resp.text, response=resp, explanation=resp.text)
-        return self.client.containers.get(resp.json()["Id"])
+        return podman.create_with_cdi(self.client, kwargs, cdi)
 
     # --- registry and archive -----------------------------------------------------------
 
@@ -598,10 +575,7 @@ class DockerEngine:
         engine = parse_docker_info(info)
         engine["local"] = _is_local(self._base_url or docker_host())
         if self.is_podman:
-            # Podman attaches GPUs through CDI only (its `--gpus` and runtimes are not the
-            # nvidia ones) and reads the specs in CDI's default folders, which /info omits.
-            engine["cdi_spec_dirs"] = engine["cdi_spec_dirs"] or list(PODMAN_CDI_DIRS)
-            engine["runtimes"] = []
+            engine = podman.gpu_engine_facts(engine)
         specs = probe_cdi(engine["cdi_spec_dirs"] or ()) if engine["local"] else []
         hook = probe_toolkit()["nvidia_container_runtime_hook"] if engine["local"] else None
         hook = None if self.is_podman else hook

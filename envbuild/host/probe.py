@@ -6,9 +6,8 @@ library and envbuild's pure modules, so it also runs where only `nvidia-ml-py` i
 
 Host facts are a JSON-able dict: the exact object `envbuild doctor --json` writes (under
 "facts") and `envbuild validate --hosts` reads. `FACTS_SCHEMA` versions its shape: readers
-reject a newer schema rather than guess. The docker engine is asked over its socket (HTTP on
-a unix socket, stdlib) or through the docker CLI, never through docker-py: docker_engine.py is
-the only module allowed to import docker.
+reject a newer schema rather than guess. What the container engine says of itself is read by
+`envbuild.engine.facts` (the engine layer, above this one) and handed to `probe_facts`.
 """
 
 from __future__ import annotations
@@ -16,14 +15,11 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import glob
-import http.client
-import json
 import os
 import platform
 import re
 import shutil
 import socket
-import subprocess
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -41,7 +37,6 @@ CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
 nvidia-cdi-refresh service writes /var/run/cdi/nvidia.yaml; source: NVIDIA Container Toolkit
 docs, cdi-support.html)."""
 SHM_PATH = "/dev/shm"
-DOCKER_SOCKET = "/var/run/docker.sock"
 
 NO_DRIVER_HINT = (
     "install the NVIDIA driver for this GPU (or load its kernel module), then check that "
@@ -141,30 +136,6 @@ def _version_key(v: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", v))
 
 
-def parse_docker_info(info: dict[str, Any]) -> dict[str, Any]:
-    """The engine facts envbuild needs from `GET /info` (`docker info` JSON)."""
-    runtimes = info.get("Runtimes") or {}
-    cdi_dirs = info.get("CDISpecDirs")
-    # Docker >= 28.3 (Engine API 1.50) lists the CDI devices it found: [{"Source", "ID"}].
-    found = info.get("DiscoveredDevices")
-    discovered = (
-        sorted(
-            str(d.get("ID"))
-            for d in found
-            if isinstance(d, dict) and d.get("Source") == "cdi" and d.get("ID")
-        )
-        if isinstance(found, list)
-        else None
-    )
-    return {
-        "server_version": info.get("ServerVersion"),
-        "runtimes": sorted(runtimes) if isinstance(runtimes, dict) else [],
-        "default_runtime": info.get("DefaultRuntime"),
-        "cdi_spec_dirs": list(cdi_dirs) if isinstance(cdi_dirs, list) else None,
-        "discovered_devices": discovered,
-    }
-
-
 # --- edges ---------------------------------------------------------------------------------------
 
 
@@ -173,94 +144,6 @@ def _read_text(path: Path | str) -> str | None:
         return Path(path).read_text(encoding="utf-8", errors="replace")
     except OSError:
         return None
-
-
-class _UnixHTTPConnection(http.client.HTTPConnection):
-    """HTTP over the docker unix socket (stdlib only)."""
-
-    def __init__(self, path: str, timeout: float) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self._path = path
-
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        sock.connect(self._path)
-        self.sock = sock
-
-
-def _docker_info_socket(path: str, timeout: float = 5.0) -> dict[str, Any]:
-    conn = _UnixHTTPConnection(path, timeout)
-    try:
-        conn.request("GET", "/info")
-        resp = conn.getresponse()
-        body = resp.read()
-        if resp.status != 200:
-            raise OSError(f"GET /info answered HTTP {resp.status}")
-        data = json.loads(body)
-    finally:
-        conn.close()
-    if not isinstance(data, dict):
-        raise OSError("GET /info did not answer a JSON object")
-    return data
-
-
-def _docker_info_cli(timeout: float = 10.0) -> dict[str, Any]:
-    exe = shutil.which("docker")
-    if exe is None:
-        raise OSError("no docker CLI on PATH")
-    proc = subprocess.run(
-        [exe, "info", "--format", "{{json .}}"],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    if proc.returncode != 0:
-        lines = (proc.stderr or proc.stdout).strip().splitlines()
-        raise OSError(lines[-1] if lines else f"docker info exited {proc.returncode}")
-    data = json.loads(proc.stdout)
-    if not isinstance(data, dict):
-        raise OSError("docker info did not print a JSON object")
-    return data
-
-
-def probe_engine() -> dict[str, Any]:
-    """The docker engine: socket present, reachable, runtimes, CDI spec dirs."""
-    host = os.environ.get("DOCKER_HOST", "")
-    sock_path = host[len("unix://") :] if host.startswith("unix://") else DOCKER_SOCKET
-    socket_present = os.path.exists(sock_path) and not (host and not host.startswith("unix://"))
-    out: dict[str, Any] = {
-        "kind": "docker",
-        "socket": sock_path if socket_present else None,
-        "reachable": False,
-        "via": None,
-        "error": None,
-        "server_version": None,
-        "runtimes": [],
-        "default_runtime": None,
-        "cdi_spec_dirs": None,
-        "discovered_devices": None,
-        # Only a local engine's files (CDI specs, the toolkit's hook) can be read from here.
-        "local": not host or host.startswith("unix://"),
-    }
-    errors: list[str] = []
-    attempts: list[tuple[str, Callable[[], dict[str, Any]]]] = []
-    if socket_present:
-        attempts.append(("socket", lambda: _docker_info_socket(sock_path)))
-    attempts.append(("cli", _docker_info_cli))
-    for via, fn in attempts:
-        try:
-            info = fn()
-        except (OSError, ValueError, subprocess.SubprocessError) as exc:
-            errors.append(f"{via}: {exc}")
-            continue
-        out.update(parse_docker_info(info))
-        out["reachable"] = True
-        out["via"] = via
-        return out
-    out["error"] = "; ".join(errors) if errors else None
-    return out
 
 
 DAEMON_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -551,16 +434,35 @@ def no_gpu_error(facts: dict[str, Any]) -> NoGpuError | None:
     )
 
 
-def probe_facts(*, nvml: Any = None) -> dict[str, Any]:
+ENGINE_NOT_ASKED: dict[str, Any] = {
+    "kind": None,
+    "socket": None,
+    "reachable": False,
+    "via": None,
+    "error": "the engine was not asked (no engine facts were passed to the probe)",
+    "server_version": None,
+    "runtimes": [],
+    "default_runtime": None,
+    "cdi_spec_dirs": None,
+    "discovered_devices": None,
+    "local": True,
+}
+"""The engine facts of a probe that was given none (the fields `engine.facts.probe_engine`
+writes)."""
+
+
+def probe_facts(*, nvml: Any = None, engine: dict[str, Any] | None = None) -> dict[str, Any]:
     """All doctor facts of this host, JSON-able (the `doctor --json` "facts" object).
 
     `nvml` replaces the pynvml module (tests of the error mapping); None imports pynvml.
+    `engine` is what the container engine says of itself (`engine.facts.probe_engine`, asked
+    by the caller: the engine layer sits above this one); None records ENGINE_NOT_ASKED.
     Without an NVIDIA driver the facts say so (`driver.nvml_error` in NO_DRIVER_ERRORS, no
     GPUs) and still carry the engine, the toolkit, the CDI specs and /dev/shm.
     """
     driver, gpus = _probe_gpus(nvml)
     driver["library_mtime"] = _library_mtime(driver.get("library_path"))
-    engine = probe_engine()
+    engine = dict(engine) if engine is not None else dict(ENGINE_NOT_ASKED)
     # The spec folders the engine reads, beside the usual ones (daemon.json cdi-spec-dirs).
     cdi_dirs = dict.fromkeys([*CDI_DIRS, *(engine.get("cdi_spec_dirs") or [])])
     return {

@@ -11,6 +11,7 @@ import pytest
 from envbuild.build.pipeline import LOCK_SHA_LABEL
 from envbuild.core.errors import GpuUnavailableError
 from envbuild.engine.docker import DockerEngine
+from envbuild.engine.facts import probe_engine
 from envbuild.engine.protocol import RunSpec
 from envbuild.host import probe as hostinfo
 from envbuild.host.gpu_attach import choose, from_host_facts
@@ -26,7 +27,7 @@ def _leftovers(engine: DockerEngine, mine: str) -> list[str]:
 
 def test_doctor_and_the_engine_read_the_same_way(engine: DockerEngine) -> None:
     seen_by_engine = engine.gpu_attach()
-    probed = hostinfo.probe_engine()
+    probed = probe_engine()
     facts = {
         "engine": probed,
         "cdi": hostinfo.probe_cdi([*hostinfo.CDI_DIRS, *(probed["cdi_spec_dirs"] or [])]),

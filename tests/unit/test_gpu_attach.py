@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from envbuild.core.errors import UserError
+from envbuild.engine.facts import parse_docker_info
 from envbuild.host.gpu_attach import (
     Attachment,
     EngineGpuFacts,
@@ -20,7 +21,7 @@ from envbuild.host.gpu_attach import (
     parse_devices,
     unavailable_message,
 )
-from envbuild.host.probe import parse_cdi_spec, parse_docker_info
+from envbuild.host.probe import parse_cdi_spec
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 ENGINES = sorted((FIXTURES / "engines").glob("*.json"))

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from envbuild.core.errors import NoGpuError, UserError
+from envbuild.engine.facts import parse_docker_info
 from envbuild.host import probe as hostinfo
 
 HOSTS = Path(__file__).resolve().parents[1] / "fixtures" / "hosts"
@@ -95,7 +96,7 @@ def test_docker_info_fields() -> None:
         "DefaultRuntime": "runc",
         "CDISpecDirs": ["/etc/cdi", "/var/run/cdi"],
     }
-    assert hostinfo.parse_docker_info(info) == {
+    assert parse_docker_info(info) == {
         "server_version": "27.5.1",
         "runtimes": ["nvidia", "runc"],
         "default_runtime": "runc",
@@ -104,7 +105,7 @@ def test_docker_info_fields() -> None:
     }
     # Docker >= 28.3 lists the CDI devices it found; only CDI ones matter here.
     found = [{"Source": "cdi", "ID": "nvidia.com/gpu=all"}, {"Source": "other", "ID": "x"}]
-    parsed = hostinfo.parse_docker_info({**info, "DiscoveredDevices": found})
+    parsed = parse_docker_info({**info, "DiscoveredDevices": found})
     assert parsed["discovered_devices"] == ["nvidia.com/gpu=all"]
 
 

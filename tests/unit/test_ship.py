@@ -17,6 +17,7 @@ from envbuild.app import image, inputs
 from envbuild.build.pipeline import ImageOutcome
 from envbuild.cli.main import cli
 from envbuild.core.errors import RegistryError, SmokeFailed, UserError
+from envbuild.engine import select
 from envbuild.engine.protocol import ProgressFn
 from envbuild.engine.registry import push_error, push_kind, split_tag
 from envbuild.render.dockerfile import BuildInputs
@@ -161,12 +162,12 @@ def test_podman_engine_choice(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(UserError, match="Buildah"):
         inputs.make_engine(buildkit=True, engine="podman")
     monkeypatch.setenv("CONTAINER_HOST", "unix:///tmp/envbuild-test/podman.sock")
-    assert inputs.podman_socket() == "unix:///tmp/envbuild-test/podman.sock"
+    assert select.podman_address() == "unix:///tmp/envbuild-test/podman.sock"
     monkeypatch.delenv("CONTAINER_HOST")
     monkeypatch.setenv("XDG_RUNTIME_DIR", "/run/user/1234")
     monkeypatch.setattr("os.geteuid", lambda: 1234)
     monkeypatch.setattr("os.getuid", lambda: 1234)
-    assert inputs.podman_socket() == "unix:///run/user/1234/podman/podman.sock"
+    assert select.podman_address() == "unix:///run/user/1234/podman/podman.sock"
 
 
 def _shipped_outcome() -> ImageOutcome:

@@ -15,6 +15,7 @@ import click
 from envbuild.cli import console
 from envbuild.cli.options import build_inputs, gpu_choice, help_epilog, matrix_overlay
 from envbuild.core.errors import SmokeFailed
+from envbuild.engine import select as engines
 from envbuild.host.gpu_attach import GpuChoice
 from envbuild.render.dockerfile import BuildInputs
 
@@ -187,10 +188,10 @@ def _print_failure(err: SmokeFailed) -> None:
 )
 @click.option(
     "--engine",
-    type=click.Choice(["docker", "podman"]),
-    default="docker",
+    type=click.Choice(list(engines.ENGINE_NAMES)),
+    default=engines.DEFAULT_ENGINE,
     envvar="ENVBUILD_ENGINE",
-    help="docker (DOCKER_HOST) or podman (its API socket; CONTAINER_HOST) [docker].",
+    help=" or ".join(k.summary for k in engines.ENGINES.values()) + f" [{engines.DEFAULT_ENGINE}].",
 )
 @click.option(
     "--cache-from",
