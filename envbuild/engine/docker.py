@@ -32,9 +32,9 @@ from envbuild.core.errors import (
     UserError,
 )
 from envbuild.engine import podman
+from envbuild.engine.address import docker_address
 from envbuild.engine.facts import parse_docker_info
 from envbuild.engine.protocol import BuildResult, ProgressFn, RunResult, RunSpec
-from envbuild.engine.select import docker_address
 from envbuild.host.gpu_attach import (
     ALL,
     ATTACH_HINT,

@@ -17,7 +17,7 @@ import subprocess
 from collections.abc import Callable
 from typing import Any
 
-from envbuild.engine.select import DOCKER_SOCKET
+from envbuild.engine.address import DOCKER_SOCKET
 
 
 def parse_docker_info(info: dict[str, Any]) -> dict[str, Any]:

@@ -8,7 +8,6 @@ reads the names to build its options); `make_engine` imports the engine module i
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -19,23 +18,9 @@ if TYPE_CHECKING:
     from envbuild.engine.buildx import BuildxOptions
     from envbuild.engine.protocol import ContainerEngine
 
-DOCKER_SOCKET = "/var/run/docker.sock"
+from envbuild.engine.address import DOCKER_SOCKET, docker_address, podman_address
 
-
-def docker_address() -> str:
-    """Docker's API: $DOCKER_HOST, else its usual local socket."""
-    return os.environ.get("DOCKER_HOST") or f"unix://{DOCKER_SOCKET}"
-
-
-def podman_address() -> str:
-    """Podman's API socket: $CONTAINER_HOST, else the rootful or rootless default
-    (docs.podman.io/en/latest/markdown/podman-system-service.1.html)."""
-    if os.environ.get("CONTAINER_HOST"):
-        return os.environ["CONTAINER_HOST"]
-    if os.geteuid() == 0:
-        return "unix:///run/podman/podman.sock"
-    runtime = os.environ.get("XDG_RUNTIME_DIR") or f"/run/user/{os.getuid()}"
-    return f"unix://{runtime}/podman/podman.sock"
+__all__ = ["DOCKER_SOCKET", "ENGINES", "docker_address", "podman_address"]
 
 
 def _make_docker(*, buildkit: bool, buildx: BuildxOptions | None) -> ContainerEngine:
