@@ -32,6 +32,7 @@ def resolve(
     strict_compat: bool = False,
     compile_extensions: bool = False,
     platform: str = "x86_64",
+    framework_index: str = "auto",
     hosts: Sequence[Host] = (),
     hosts_files: Sequence[Path] = (),
     matrix: Matrix | None = None,
@@ -66,6 +67,7 @@ def resolve(
         strict_compat=strict_compat,
         compile_extensions=compile_extensions,
         platform=platform,
+        framework_index=framework_index,
     )
     return resolver.resolve(request, matrix, all_hosts)
 

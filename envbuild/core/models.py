@@ -20,6 +20,13 @@ Device = Literal["cuda", "cpu"]
 DEVICES: tuple[Device, ...] = ("cuda", "cpu")
 COMPAT_POLICIES: tuple[CompatPolicy, ...] = ("minor", "strict")
 
+FrameworkIndexPolicy = Literal["auto", "pypi", "index"]
+FRAMEWORK_INDEX_POLICIES: tuple[FrameworkIndexPolicy, ...] = ("auto", "pypi", "index")
+"""`[indexes] framework_index`: where the framework build may come from. auto: the best build;
+`lock` falls back to the newest that installs from an index that answers. pypi: only builds
+that install from PyPI (or the configured index_url). index: the best build, from the
+framework's own index when it has one (no fallback)."""
+
 CUDA_FLAVOURS = ("base", "runtime", "cudnn", "devel")
 """The `nvidia/cuda` image flavours, smallest first (matrix/cuda_images.toml lists them)."""
 
@@ -56,6 +63,8 @@ class Indexes:
     index_url: str | None = None
     extra_index_urls: tuple[str, ...] = ()
     find_links: tuple[str, ...] = ()
+    framework_index: FrameworkIndexPolicy = "auto"
+    """Where the framework build may come from (FRAMEWORK_INDEX_POLICIES)."""
     credentials_removed: tuple[str, ...] = field(
         default=(), compare=False, metadata={"hashed": False}
     )

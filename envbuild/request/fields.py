@@ -10,6 +10,7 @@ so quotes, newlines and control characters are refused outright rather than esca
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -119,6 +120,20 @@ def read_int(path: str, table: str, key: str, value: Any, *, minimum: int, maxim
             f"write a whole number from {minimum} to {maximum}",
         )
     return value
+
+
+def read_choice(path: str, table: str, key: str, value: Any, choices: Sequence[str]) -> str:
+    """One of `choices`, exactly (no case folding: the request is a file people diff)."""
+    text = read_str(path, table, key, value)
+    if text not in choices:
+        raise fail(
+            path,
+            table,
+            key,
+            f"{text!r} is not one of {', '.join(choices)}",
+            f'write {key} = "{choices[0]}" (or ' + ", ".join(f'"{c}"' for c in choices[1:]) + ")",
+        )
+    return text
 
 
 def read_bool(path: str, table: str, key: str, value: Any) -> bool:

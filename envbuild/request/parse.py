@@ -13,7 +13,7 @@ import dataclasses
 import json
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
@@ -23,10 +23,12 @@ from envbuild.core.models import (
     CUDA_FLAVOURS,
     DEVICES,
     FLAVOURS,
+    FRAMEWORK_INDEX_POLICIES,
     OS_NAME_RE,
     PLATFORM_ALIASES,
     PLATFORMS,
     PYTHON_VERSION_RE,
+    FrameworkIndexPolicy,
     Indexes,
     Request,
     SmokeSettings,
@@ -39,6 +41,7 @@ from envbuild.request.fields import (
     RequestOrigin,
     fail,
     read_bool,
+    read_choice,
     read_int,
     read_requirement,
     read_str,
@@ -83,6 +86,7 @@ SCHEMA: dict[str, dict[str, str]] = {
         "index_url": "string",
         "extra_index_urls": "array of strings",
         "find_links": "array of strings",
+        "framework_index": "string",
     },
     "smoke": {
         "tier": "integer",
@@ -319,6 +323,11 @@ def _indexes_table(ix: Mapping[str, Any], path: str) -> Indexes:
         index_url = read_url(path, "indexes", "index_url", text, paths_ok=False)
     extra = urls("extra_index_urls", paths_ok=False)
     find_links = urls("find_links", paths_ok=True)
+    policy = "auto"
+    if "framework_index" in ix:
+        policy = read_choice(
+            path, "indexes", "framework_index", ix["framework_index"], FRAMEWORK_INDEX_POLICIES
+        )
     # Credentials in a URL would reach the committed lock, uv's command line and every message:
     # they were dropped above (`read_url`), and `lock` says how uv takes them instead.
     raw = {"index_url": [ix.get("index_url")]}
@@ -332,6 +341,7 @@ def _indexes_table(ix: Mapping[str, Any], path: str) -> Indexes:
         index_url=index_url,
         extra_index_urls=extra,
         find_links=find_links,
+        framework_index=cast(FrameworkIndexPolicy, policy),
         credentials_removed=with_credentials,
     )
 
@@ -418,6 +428,7 @@ def request_from_flags(
     strict_compat: bool = False,
     compile_extensions: bool = False,
     platform: str = "x86_64",
+    framework_index: str = "auto",
 ) -> Request:
     """`envbuild resolve`'s flags -> a checked Request. `--flavour cpu` implies `--cpu`;
     surrounding spaces are dropped (a shell quirk, not a different value)."""
@@ -438,6 +449,16 @@ def request_from_flags(
         platform=platform,
         compile_extensions=compile_extensions,
     )
+    if framework_index != "auto":
+        policy = read_choice(
+            "--framework-index",
+            "indexes",
+            "framework_index",
+            framework_index,
+            FRAMEWORK_INDEX_POLICIES,
+        )
+        indexes = Indexes(framework_index=cast(FrameworkIndexPolicy, policy))
+        request = dataclasses.replace(request, indexes=indexes)
     return check_request(request, FLAGS)
 
 

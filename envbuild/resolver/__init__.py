@@ -14,6 +14,9 @@ this order:
 2. within a release, the build with the newest CUDA that fits; when two builds have the same
    CUDA, the PyPI-default variant first (it installs from PyPI without an extra index, which is
    also what most users test against), then the variant name;
+   Builds that install only from the framework's own index are left out under ``[indexes]
+   framework_index = "pypi"`` and, under ``"auto"``, when that index does not answer
+   (`resolve(unreachable=...)`, what `envbuild lock` probed).
 3. then the OS: the one asked for (or the ones that ship the Python asked for); for GPU stacks
    whose flavour is auto or an nvidia/cuda flavour, OSes that have that ``nvidia/cuda`` image
    for the build's CUDA first; then the matrix default, then the newest OS Python, the name.
@@ -63,17 +66,24 @@ where the framework first/last has it. Releases with the same reasons are merged
 ``alternatives``: each way out is checked by resolving the changed request: the nearest other
 framework version, the lowest driver that would work (and what the newest release needs),
 dropping ``--strict-compat``, dropping one GPU from the image, dropping --python/--os/--cuda/
---flavour/the variant extra. ``Stack.notes``: what the stack relies on and why nothing newer.
+--flavour/the variant extra, allowing the framework's own index (``[indexes]
+framework_index``). For a CPU request no CUDA range is ever suggested. ``Stack.notes``: what the stack relies on and why nothing newer.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 
 from envbuild.core.models import Host, Request, Stack, Unsatisfiable
 from envbuild.cuda.archs import sort_archs
 from envbuild.matrix import Matrix
-from envbuild.resolver.explain import MAX_REASON_LINES, _alternatives, _reason_lines
+from envbuild.resolver.explain import (
+    MAX_REASON_LINES,
+    _alternatives,
+    _index_reasons,
+    _reason_lines,
+)
 from envbuild.resolver.gpus import parse_gpu
 from envbuild.resolver.output import result_to_json, result_to_text
 from envbuild.resolver.prepare import _prepare
@@ -90,19 +100,27 @@ __all__ = [
 ]
 
 
-def resolve(request: Request, matrix: Matrix, hosts: Sequence[Host] = ()) -> Stack | Unsatisfiable:
+def resolve(
+    request: Request,
+    matrix: Matrix,
+    hosts: Sequence[Host] = (),
+    *,
+    unreachable: AbstractSet[str] = frozenset(),
+) -> Stack | Unsatisfiable:
     """The stack the request runs on, on every target, or why nothing fits (module docstring).
 
+    `unreachable`: index URLs that do not answer (what `envbuild lock` found); builds that
+    install only from them are left out unless `[indexes] framework_index = "index"`.
     Raises UserError (exit 2) for bad input: an unknown GPU, framework, OS or flavour, a
     malformed version or range.
     """
-    ctx = _prepare(request, matrix, hosts)
+    ctx = _prepare(request, matrix, hosts, frozenset(unreachable))
     outcome = _search(ctx, first_only=True)
     if outcome.fits:
         return _stack(ctx, outcome.fits[0], outcome)
     # Explanations need every release's reasons, not just the first fit's search.
     full = _search(ctx, first_only=False)
-    reasons = _reason_lines(ctx, full)
+    reasons = [*_index_reasons(ctx), *_reason_lines(ctx, full)]
     if not reasons:
         reasons = [f"no {ctx.framework} candidate in the matrix fits the request"]
     return Unsatisfiable(reasons=tuple(reasons), alternatives=tuple(_alternatives(ctx, full)))

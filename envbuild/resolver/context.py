@@ -135,8 +135,22 @@ class _Ctx:
     cuda_spec: str | None
     policy: str
     pre_notes: tuple[str, ...] = ()
+    framework_index: str = "auto"
+    """`[indexes] framework_index`: auto, pypi (builds from PyPI/the configured index only)
+    or index (the best build, its own index required)."""
+    unreachable: frozenset[str] = frozenset()
+    """Index URLs that did not answer (the lock's probe): builds from them are left out,
+    except under framework_index = "index"."""
     memo: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
     """Per-resolve memo of answers that do not depend on the fields alternatives change."""
+
+
+def _index_allowed(ctx: _Ctx, build: FrameworkBuild) -> bool:
+    """May this build be picked, given where it installs from and which indexes answer?
+    A build without an index_url installs from PyPI (or the configured index_url)."""
+    if build.index_url is None or ctx.framework_index == "index":
+        return True
+    return ctx.framework_index != "pypi" and build.index_url not in ctx.unreachable
 
 
 # --- matrix lookups --------------------------------------------------------------------------

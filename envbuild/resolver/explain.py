@@ -68,6 +68,7 @@ def _alternatives(ctx: _Ctx, outcome: _Outcome) -> list[str]:
     if ctx.driver:
         alts += _newer_drivers(ctx)
     alts += _looser_requests(ctx)
+    alts += _other_index(ctx)
     out: list[str] = []
     for a in alts:
         if a not in out:
@@ -124,12 +125,13 @@ def _other_versions(ctx: _Ctx, outcome: _Outcome) -> list[str]:
         picks.append(max(below, key=lambda f: _version(f.release.version)))
     if not picks:
         picks.append(allfits[0])
+    # The flag keeps the request's variant extra (jax[cuda12]): the fit was found with it.
+    asked_fw = f"{fw}[{','.join(ctx.variants)}]" if ctx.variants else fw
     for f in picks:
         s = _series(f.build, f.release)
+        pin = f"{s}.*" if s != f.release.version else s
         alts.append(
-            f"another {fw} version: {_fit_label(ctx, f)} fits (--framework '{fw}=={s}.*')"
-            if s != f.release.version
-            else f"another {fw} version: {_fit_label(ctx, f)} fits (--framework '{fw}=={s}')"
+            f"another {fw} version: {_fit_label(ctx, f)} fits (--framework '{asked_fw}=={pin}')"
         )
     return alts
 
@@ -201,3 +203,49 @@ def _looser_requests(ctx: _Ctx) -> list[str]:
                 f"on {loose.osimg.os}"
             )
     return alts
+
+
+def _left_out_indexes(ctx: _Ctx) -> list[str]:
+    """The framework's own indexes whose builds the policy or the probe left out."""
+    if ctx.framework_index == "index":
+        return []
+    urls = {
+        b.index_url
+        for b in ctx.matrix.builds
+        if b.framework == ctx.framework
+        and b.index_url
+        and (ctx.framework_index == "pypi" or b.index_url in ctx.unreachable)
+    }
+    return sorted(urls)
+
+
+def _index_reasons(ctx: _Ctx) -> list[str]:
+    """Said first when builds were left out for where they install from."""
+    left = _left_out_indexes(ctx)
+    if not left:
+        return []
+    if ctx.framework_index == "pypi":
+        return [
+            f"only {ctx.framework} builds that install from PyPI (or the configured index_url) "
+            'are considered ([indexes] framework_index = "pypi")'
+        ]
+    return [
+        f"{ctx.framework} builds from {', '.join(left)} are left out: "
+        + ("it does not answer" if len(left) == 1 else "they do not answer")
+    ]
+
+
+def _other_index(ctx: _Ctx) -> list[str]:
+    """The framework's own index allowed again, when that is what left the fits out."""
+    if not _left_out_indexes(ctx):
+        return []
+    fit = _best(replace(ctx, framework_index="auto", unreachable=frozenset()))
+    if fit is None:
+        return []
+    where = fit.build.index_url or "PyPI"
+    if ctx.framework_index == "pypi":
+        return [
+            f'allow the framework\'s own index ([indexes] framework_index = "auto", or drop '
+            f"--framework-index): {_fit_label(ctx, fit)} fits, from {where}"
+        ]
+    return [f"once {where} answers: {_fit_label(ctx, fit)} fits, from it"]

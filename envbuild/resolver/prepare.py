@@ -29,7 +29,12 @@ def _framework_names(matrix: Matrix) -> list[str]:
     return sorted({r.framework for r in matrix.releases})
 
 
-def _prepare(request: Request, matrix: Matrix, hosts: Sequence[Host]) -> _Ctx:
+def _prepare(
+    request: Request,
+    matrix: Matrix,
+    hosts: Sequence[Host],
+    unreachable: frozenset[str] = frozenset(),
+) -> _Ctx:
     """The request (already checked by `request.check_request`) against the matrix and the
     hosts; UserError (exit 2) for a framework, variant, OS or GPU the matrix does not know."""
     name, variants, spec = _framework_of(request, matrix)
@@ -60,6 +65,8 @@ def _prepare(request: Request, matrix: Matrix, hosts: Sequence[Host]) -> _Ctx:
         cuda_spec=request.cuda,
         policy=request.compat,
         pre_notes=tuple(notes),
+        framework_index=request.indexes.framework_index,
+        unreachable=unreachable,
     )
 
 

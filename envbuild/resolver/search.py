@@ -32,6 +32,7 @@ from envbuild.resolver.context import (
     _first_url,
     _Fit,
     _in_range,
+    _index_allowed,
     _issue,
     _major_minor,
     _meets,
@@ -69,6 +70,8 @@ def _builds(ctx: _Ctx, release: FrameworkRelease) -> list[FrameworkBuild]:
         if ctx.variants and b.variant not in ctx.variants:
             continue
         if ctx.request.platform not in b.platforms:
+            continue
+        if not _index_allowed(ctx, b):
             continue
         out.append(b)
 

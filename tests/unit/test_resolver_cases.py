@@ -8,6 +8,7 @@ Each case file holds one case:
     gpus = ["RTX 5090"]      # names, sm_XX or compute capabilities
     driver = "570.124.06"    # oldest driver on the targets; absent = unknown
     python = "3.12"          # also: os, cuda, flavour, cpu = true, strict = true
+    framework_index = "pypi" # [indexes] framework_index (auto, pypi, index)
     [expect]
     ok = true
     version = "==2.7.*"      # a specifier on the picked release (ok = true)
@@ -49,7 +50,7 @@ CASES = sorted((Path(__file__).parent.parent / "cases" / "resolve").glob("*.toml
 
 
 REQUEST_KEYS = {"framework", "gpus", "driver", "python", "os", "cuda", "flavour", "cpu", "strict"}
-REQUEST_KEYS |= {"platform"}
+REQUEST_KEYS |= {"platform", "framework_index"}
 EXPECT_KEYS = {
     "ok",
     "version",
@@ -118,6 +119,7 @@ def _resolve(rq: dict[str, Any]) -> Stack | Unsatisfiable:
         cpu=rq.get("cpu", False),
         strict_compat=rq.get("strict", False),
         platform=rq.get("platform", "x86_64"),
+        framework_index=rq.get("framework_index", "auto"),
     )
 
 

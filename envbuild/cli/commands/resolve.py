@@ -11,7 +11,7 @@ import click
 
 from envbuild.cli import console
 from envbuild.cli.options import help_epilog, matrix_overlay
-from envbuild.core.models import FLAVOURS, PLATFORMS
+from envbuild.core.models import FLAVOURS, FRAMEWORK_INDEX_POLICIES, PLATFORMS
 
 
 @click.command(
@@ -80,6 +80,14 @@ from envbuild.core.models import FLAVOURS, PLATFORMS
     show_default=True,
     help="CPU architecture of the image.",
 )
+@click.option(
+    "--framework-index",
+    type=click.Choice(FRAMEWORK_INDEX_POLICIES),
+    default="auto",
+    show_default=True,
+    help="Where the framework build may come from: auto (the best build), pypi (only builds "
+    "that install from PyPI or the configured index), index (the framework's own index).",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout.")
 def command(
     framework: str,
@@ -95,6 +103,7 @@ def command(
     strict_compat: bool,
     compile_extensions: bool,
     platform: str,
+    framework_index: str,
     as_json: bool,
 ) -> None:
     """Pick the newest framework build that runs on every target GPU and driver, with its
@@ -123,6 +132,7 @@ def command(
         strict_compat=strict_compat,
         compile_extensions=compile_extensions,
         platform=platform,
+        framework_index=framework_index,
         matrix_overlay=matrix_overlay(),
     )
     if as_json:
