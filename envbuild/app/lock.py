@@ -26,7 +26,7 @@ from packaging.utils import (
 
 from envbuild import matrix as matrix_data
 from envbuild import resolver
-from envbuild.app import inputs
+from envbuild.app import inputs, lock_reach
 from envbuild.app import lock_project as project_lock
 from envbuild.app import lock_source as source_lock
 from envbuild.core.errors import LockError, MatrixError, PinError, UnsatisfiableError, UserError
@@ -41,7 +41,7 @@ from envbuild.core.models import (
     Unsatisfiable,
 )
 from envbuild.core.versions import major_minor
-from envbuild.cuda.archs import ArchRules, cc_tuple, coverage
+from envbuild.cuda.archs import cc_tuple
 from envbuild.cuda.wheels import cuda_libs
 from envbuild.lock import pins as pydeps
 from envbuild.lock.assemble import LockPins, assemble_lock
@@ -148,11 +148,9 @@ def lock_image(
     kept = None if upgrade else previous  # the picks --upgrade does not keep
     matrix = matrix_data.load_matrix_from(matrix_overlay)
     project = project_lock.read_inputs(image_dir, request)  # [packages] files, build backend
-    stack = project_lock.resolve(
-        request, project, lambda r: _resolve_keeping(r, matrix, kept, upgrade_set)
-    )
+    stack, reached = _resolve_reaching(request, project, matrix, kept, upgrade_set, offline)
     indexes = _pin_indexes(request, stack, image_dir)
-    notes = (not_kept, credentials_note(request))
+    notes = (not_kept, credentials_note(request), reached)
     warnings = [*(note for note in notes if note), *indexes.warnings]
     # The registry answers while uv pins (and what writing the lock imports loads meanwhile).
     digest_job = in_background(lambda: _base_digest(stack, kept, offline, digest_lookup))
@@ -195,6 +193,27 @@ def lock_image(
         warnings=tuple(warnings),
         tool=pinned.tool,
     )
+
+
+def _resolve_reaching(
+    request: Request,
+    project: ProjectInputs | None,
+    matrix: Matrix,
+    kept: Lock | None,
+    upgrade_set: AbstractSet[str],
+    offline: bool,
+) -> tuple[Stack, str | None]:
+    """The stack (with the project's range on the framework), from a framework index that
+    answers (envbuild.app.lock_reach), and the line that says when that is not the best fit."""
+    reached = lock_reach.Reach(offline=offline)
+    stack = project_lock.resolve(
+        request,
+        project,
+        lambda r: reached.resolve(
+            r, lambda q, gone: _resolve_keeping(q, matrix, kept, upgrade_set, gone)
+        ),
+    )
+    return lock_reach.recorded(stack, reached, kept), reached.line
 
 
 def _lock_base(
@@ -396,14 +415,14 @@ def _stack_requirements(stack: Stack) -> tuple[str, ...]:
 def _pin_or_pypi_hint(
     stack: Stack, matrix: Matrix, request: Request, pin: pydeps.PinRequest, runner: Any
 ) -> pydeps.PinResult:
-    """pydeps.pin; when the framework's own index is unreachable, the error names the
-    PyPI-hosted build of the same release that also runs on the targets, if there is one."""
+    """pydeps.pin; when the framework's own index is unreachable, the error names the newest
+    PyPI build that the resolver finds fits the request, if there is one."""
     try:
         return pydeps.pin(pin, runner=runner)
     except PinError as err:
         if not stack.framework.index_url or "could not reach" not in err.message:
             raise
-        fit = pypi_fit(stack, matrix, request.platform)
+        fit = lock_reach.pypi_fit(request, matrix)
         if fit is None:
             raise
         raise PinError(
@@ -411,25 +430,6 @@ def _pin_or_pypi_hint(
             hint=f"{stack.framework.index_url} may be unreachable: {fit}; {err.hint}",
             fields=err.fields,
         ) from None
-
-
-def pypi_fit(stack: Stack, matrix: Matrix, platform: str) -> str | None:
-    """ "torch 2.14.1 cu130 installs from PyPI and runs on sm_90 ([framework] cuda =
-    "==13.0.*" selects it)" for the release's PyPI-default build when it covers the targets."""
-    fw = stack.framework
-    rules = ArchRules.from_archs(matrix.archs)
-    for build in matrix.builds_for(fw.name, fw.version):
-        if not build.pypi_default or build.cuda is None or platform not in build.platforms:
-            continue
-        arch_rows = [matrix.arch(sm) for sm in stack.target_archs]
-        if all(a is not None and coverage(build.archs, a.cc, rules)[0] for a in arch_rows):
-            mm = ".".join(build.cuda.split(".")[:2])
-            return (
-                f"{fw.name} {fw.version} {build.variant} installs from PyPI and runs on "
-                f"{' '.join(stack.target_archs) or 'any GPU it covers'} ([framework] cuda = "
-                f'"=={mm}.*" selects it)'
-            )
-    return None
 
 
 def check_pinned_cudnn(stack: Stack, matrix: Matrix) -> None:
@@ -540,9 +540,20 @@ def check_pins_installable(packages: Sequence[LockedPackage]) -> None:
 
 
 def _resolve_keeping(
-    request: Request, matrix: Matrix, previous: Lock | None, upgrade_set: AbstractSet[str]
+    request: Request,
+    matrix: Matrix,
+    previous: Lock | None,
+    upgrade_set: AbstractSet[str],
+    unreachable: frozenset[str] = frozenset(),
 ) -> Stack:
-    """The stack for `request`, keeping the previous framework version while it still fits."""
+    """The stack for `request`, keeping the previous framework version while it still fits;
+    builds from the `unreachable` indexes are left out (envbuild.app.lock_reach)."""
+
+    def resolve(req: Request) -> Stack | Unsatisfiable:
+        if unreachable:
+            return resolver.resolve(req, matrix, unreachable=unreachable)
+        return resolver.resolve(req, matrix)
+
     framework_requirement = Requirement(request.framework)
     framework_name = canonicalize_name(framework_requirement.name)
     result: Stack | Unsatisfiable | None = None
@@ -557,11 +568,11 @@ def _resolve_keeping(
         kept = dataclasses.replace(
             request, framework=_with_version(request.framework, previous.stack.framework.version)
         )
-        result = resolver.resolve(kept, matrix)
+        result = resolve(kept)
         if isinstance(result, Unsatisfiable):
             result = None  # the old pick no longer fits the targets: resolve afresh
     if result is None:
-        result = resolver.resolve(request, matrix)
+        result = resolve(request)
     if isinstance(result, Unsatisfiable):
         raise _unsatisfiable(result)
     return result

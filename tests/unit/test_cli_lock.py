@@ -124,3 +124,124 @@ def test_built_from_source_names_the_base_nvcc_on_a_framework_base() -> None:
     lock = fixtures.framework_ext_lock()
     assert lock.stack.base_image.builder is None
     assert [s["toolchain"] for s in _built_from_source(lock)] == [f"nvcc of {fixtures.NGC_REF}"]
+
+
+# --- the framework's own index does not answer ------------------------------------------------
+
+CU126 = "https://download.pytorch.org/whl/cu126"
+FALLBACK_LINE = (
+    "download.pytorch.org/whl/cu126 does not answer: locked torch 2.10.0 cu128 from PyPI, the "
+    "newest build there that fits; the best fit is torch 2.14.1 cu126 ([indexes] "
+    'framework_index = "index" requires it)'
+)
+
+
+def _index_and_pypi_stacks(monkeypatch: pytest.MonkeyPatch) -> list[frozenset[str]]:
+    """The resolver's answer: torch 2.14.1 cu126 from the PyTorch index while it is not known
+    to be down, the fake uv's torch 2.10.0 cu128 from PyPI once it is (as the shipped matrix
+    answers for H100 + L4 on 570.124.06: tests/unit/resolver/test_ways_out.py)."""
+    import dataclasses
+
+    import envbuild.resolver
+    from envbuild.core.models import FrameworkPick
+    from tests.unit.test_lockfile import demo_stack
+
+    pypi = demo_stack()
+    best = dataclasses.replace(
+        pypi, framework=FrameworkPick("torch", "2.14.1", "cu126", "torch==2.14.1", CU126, False)
+    )
+    calls: list[frozenset[str]] = []
+
+    def resolve(
+        req: object, m: object, hosts: object = (), *, unreachable: frozenset[str] = frozenset()
+    ) -> object:
+        calls.append(frozenset(unreachable))
+        # A kept pick (the framework pinned to 2.10.0) is the PyPI build, as in the matrix.
+        kept = "==2.10.0" in getattr(req, "framework", "")
+        return pypi if kept or CU126 in calls[-1] else best
+
+    monkeypatch.setattr(envbuild.resolver, "resolve", resolve)
+    return calls
+
+
+def test_lock_falls_back_to_pypi_when_the_framework_index_does_not_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import envbuild.lock.reach
+
+    install_fakes(monkeypatch)
+    calls = _index_and_pypi_stacks(monkeypatch)
+    asked: list[str] = []
+
+    def answers(url: str) -> bool:
+        asked.append(url)
+        return False
+
+    monkeypatch.setattr(envbuild.lock.reach, "index_answers", answers)
+    image = make_image(tmp_path)
+    code, out, err = run("lock", str(image))
+    assert code == 0, err
+    assert "torch 2.10.0 (cu128)" in out.splitlines()[0]
+    assert err.count(FALLBACK_LINE) == 1 and asked == [CU126]
+    assert calls == [frozenset(), frozenset({CU126})]
+    text = (image / "envbuild.lock").read_text()
+    assert FALLBACK_LINE.replace('"', '\\"') in text  # recorded in [stack] notes
+    code, out, _ = run("lock", "--check", str(image))  # offline: nothing is probed
+    assert code == 0 and "fresh" in out and asked == [CU126]
+    # A re-lock keeps the PyPI pick and its line: the same bytes, nothing probed again.
+    monkeypatch.setattr(envbuild.lock.reach, "index_answers", lambda url: pytest.fail("probed"))
+    code, out, err = run("lock", str(image))
+    assert code == 0 and out.startswith("unchanged"), err
+    assert FALLBACK_LINE not in err
+
+
+@pytest.mark.parametrize("policy", ["pypi", "index"])
+def test_lock_probes_nothing_unless_the_policy_is_auto(
+    policy: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import envbuild.lock.reach
+    from tests.unit.test_lockfile import DEMO_REQUEST
+
+    install_fakes(monkeypatch)  # the resolver answers 2.10.0 cu128 from PyPI
+    monkeypatch.setattr(envbuild.lock.reach, "index_answers", lambda url: pytest.fail("probed"))
+    image = make_image(tmp_path, DEMO_REQUEST + f'\n[indexes]\nframework_index = "{policy}"\n')
+    code, _, err = run("lock", str(image))
+    assert code == 0, err
+
+
+def test_a_bad_framework_index_exits_2(tmp_path: Path) -> None:
+    from tests.unit.test_lockfile import DEMO_REQUEST
+
+    image = make_image(tmp_path, DEMO_REQUEST + '\n[indexes]\nframework_index = "PyPI"\n')
+    code, _, err = run("lock", str(image))
+    assert code == 2
+    assert "[indexes] framework_index: 'PyPI' is not one of auto, pypi, index" in err
+    assert not (image / "envbuild.lock").exists()
+
+
+def test_reach_says_when_no_build_from_an_answering_index_fits() -> None:
+    import dataclasses
+
+    from envbuild.app.lock_reach import Reach
+    from envbuild.core.errors import UnsatisfiableError
+    from envbuild.core.models import FrameworkPick
+    from envbuild.request.parse import request_from_flags
+    from tests.unit.test_lockfile import demo_stack
+
+    best = dataclasses.replace(
+        demo_stack(),
+        framework=FrameworkPick("torch", "2.14.1", "cu126", "torch==2.14.1", CU126, False),
+    )
+
+    def resolve_with(req: object, gone: frozenset[str]) -> object:
+        if gone:
+            raise UnsatisfiableError("nothing fits", hint="try: once it answers")
+        return best
+
+    reach = Reach(answers=lambda url: False)
+    with pytest.raises(UnsatisfiableError) as caught:
+        reach.resolve(request_from_flags(gpus=("H100",)), resolve_with)  # type: ignore[arg-type]
+    assert caught.value.message.startswith("download.pytorch.org/whl/cu126 does not answer")
+    assert "the best fit is torch 2.14.1 cu126" in caught.value.hint
+    offline = Reach(offline=True, answers=lambda url: pytest.fail("probed"))
+    assert offline.resolve(request_from_flags(), resolve_with) is best  # type: ignore[arg-type]

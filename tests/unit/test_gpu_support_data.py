@@ -127,24 +127,19 @@ def test_lock_refuses_a_pinned_cudnn_that_drops_the_target() -> None:
 
 
 def test_lock_names_the_pypi_build_when_the_variant_index_is_unreachable() -> None:
-    m = mx.parse_matrix(_files())
-    base = fixtures.gpu_lock().stack
-    stack = dataclasses.replace(
-        base,
-        framework=dataclasses.replace(
-            base.framework,
-            version="2.14.1",
-            variant="cu126",
-            index_url="https://download.pytorch.org/whl/cu126",
-        ),
-        target_archs=("sm_90",),
+    # The hint is the resolver's answer with PyPI builds only: for H100 + L4 on 570.124.06
+    # that is 2.10.0 cu128 (PyPI's 2.11+ builds are CUDA 13, which needs driver >= 580).
+    from envbuild.app.lock_reach import pypi_fit
+    from envbuild.request.parse import request_from_flags
+
+    m = mx.load_matrix()
+    hopper = request_from_flags(gpus=("H100", "L4"), driver="570.124.06")
+    assert pypi_fit(hopper, m) == (
+        '[indexes] framework_index = "pypi" locks torch 2.10.0 cu128 from PyPI, the newest '
+        "build there that fits"
     )
-    assert lock_use_case.pypi_fit(stack, m, "x86_64") == (
-        "torch 2.14.1 cu130 installs from PyPI and runs on sm_90 ([framework] cuda = "
-        '"==13.0.*" selects it)'
-    )
-    volta = dataclasses.replace(stack, target_archs=("sm_70",))
-    assert lock_use_case.pypi_fit(volta, m, "x86_64") is None
+    cpu = request_from_flags(cpu=True)
+    assert pypi_fit(cpu, m) is None  # PyPI's x86_64 torch wheels are CUDA ones
 
 
 def test_aarch64_dockerfiles_name_their_platform() -> None:
