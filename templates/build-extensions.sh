@@ -30,17 +30,26 @@ export MAX_JOBS=$jobs CMAKE_BUILD_PARALLEL_LEVEL=$jobs
 export FORCE_CUDA=1
 mem_mib=$((mem_kib / 1024))
 
+# ENVBUILD_TOOLCHAIN=none: every source package is pure Python; pip only builds its wheel.
+pure=no
+if [ "${ENVBUILD_TOOLCHAIN:-devel}" = none ]; then pure=yes; fi
+TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-}
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+
 nvcc=$(command -v nvcc || true)
 if [ -z "$nvcc" ] && [ -x "$CUDA_HOME/bin/nvcc" ]; then nvcc=$CUDA_HOME/bin/nvcc; fi
-if [ -z "$nvcc" ]; then
+if [ "$pure" = yes ]; then
+    echo "envbuild: the source packages are pure Python: building their wheels, no compiler"
+elif [ -z "$nvcc" ]; then
     # A framework base is its own builder: a runtime image (no toolkit) cannot compile.
     names=$(for s in "$SOURCES"/*.lock; do b=$(basename "$s" .lock); printf '%s\n' "${b%-*}"; done | paste -sd, -)
     echo "---- last lines of the build of $names: no CUDA compiler ----"
     echo "envbuild: no nvcc on PATH or in CUDA_HOME=$CUDA_HOME: the builder image is not a CUDA devel image (NGC's framework containers are; nvidia/cuda *-runtime images and slim bases are not)"
     echo "envbuild-compile-failed package=${names:-none} arch_list='$TORCH_CUDA_ARCH_LIST' max_jobs=$MAX_JOBS mem_available_mib=$mem_mib gpu_probe=no out_of_memory=no nvcc=missing"
     exit 1
+else
+    echo "envbuild: nvcc $("$nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p') at $nvcc"
 fi
-echo "envbuild: nvcc $("$nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p') at $nvcc"
 
 if [ "${ENVBUILD_TOOLCHAIN:-devel}" = wheels ]; then
     # The toolkit wheels ship libcudart.so.N only (a wheel holds no symlinks); the linker's
@@ -71,14 +80,18 @@ for spec in "$SOURCES"/*.lock; do
         cp "$cached"/*.whl "$OUT"/
         continue
     fi
-    echo "envbuild: compiling $name for TORCH_CUDA_ARCH_LIST='$TORCH_CUDA_ARCH_LIST' with MAX_JOBS=$MAX_JOBS (${mem_mib} MiB available, ${ENVBUILD_GIB_PER_JOB:-3} GiB per job)"
+    if [ "$pure" = yes ]; then
+        echo "envbuild: building the wheel of $name (pure Python)"
+    else
+        echo "envbuild: compiling $name for TORCH_CUDA_ARCH_LIST='$TORCH_CUDA_ARCH_LIST' with MAX_JOBS=$MAX_JOBS (${mem_mib} MiB available, ${ENVBUILD_GIB_PER_JOB:-3} GiB per job)"
+    fi
     started=$(date +%s)
     mkdir -p "/tmp/envbuild-wheel/$name"
     if ! python -m pip wheel --no-cache-dir --no-deps --no-build-isolation --require-hashes \
         --wheel-dir "/tmp/envbuild-wheel/$name" "$@" -r "$spec" >"$LOG" 2>&1; then
         failed "$name"
     fi
-    echo "envbuild: $name compiled in $(($(date +%s) - started)) s"
+    echo "envbuild: $name built in $(($(date +%s) - started)) s"
     if [ -n "$cached" ]; then mkdir -p "$cached" && cp "/tmp/envbuild-wheel/$name"/*.whl "$cached"/; fi
     cp "/tmp/envbuild-wheel/$name"/*.whl "$OUT"/
 done

@@ -2,8 +2,10 @@
 building anything at lock time.
 
 uv pins wheels only (`--only-binary :all:`). When it answers that a requirement has no wheel
-for the image, and the request compiles extensions, the requirement may come from its sdist
-(`--no-binary NAME` for exactly those names). uv would build an sdist whose metadata is not
+for the image, the requirement may come from its sdist (`--no-binary NAME` for exactly those
+names): always when the sdist is pure Python (no compiled code, read from its file list:
+`extensions.compiled_code`; the builder stage only turns it into a wheel), and when the request
+compiles extensions otherwise. uv would build an sdist whose metadata is not
 static to learn its dependencies, so it is told them instead (`dependency-metadata`): first
 with none, to learn which version it picks; then, read from that sdist's own PKG-INFO or
 pyproject.toml (hash checked), with the version pinned. The builder stage's extra pins (the
@@ -44,11 +46,15 @@ def pin_allowing_sources(
     pin: Pin, req: pydeps.PinRequest, request: Request, *, drop: Held | None = None
 ) -> SourcePins:
     """`pin(req)`; where uv answers that a requirement only has an sdist, lock it from that
-    sdist when the request compiles extensions (else the error says how to allow it).
+    sdist when it is pure Python or the request compiles extensions (else the error says how
+    to allow it).
     `drop`: the sdist's dependencies that need no resolving (a framework base holds them)."""
     meta: dict[str, pydeps.DependencyMetadata] = {}
     read: dict[str, extensions.SdistMetadata] = {}
     pinned_versions: dict[str, str] = {}
+    # Sdists allowed only if pure Python (the request compiles nothing): uv's refusal, kept
+    # for the error when one turns out to hold compiled code.
+    refused: dict[str, UnsatisfiableError] = {}
     for _ in range(MAX_ROUNDS):
         current = dataclasses.replace(
             req,
@@ -63,7 +69,7 @@ def pin_allowing_sources(
             if not names:
                 raise
             if not request.compile_extensions:
-                raise LockError(err.message, hint=err.hint, fields=err.fields) from None
+                refused.update({n: err for n in names})
             meta.update({n: pydeps.DependencyMetadata(n, None) for n in names})
             continue
         unread = [n for n in sorted(meta) if meta[n].version is None]
@@ -79,6 +85,8 @@ def pin_allowing_sources(
                     hint="run with ENVBUILD_DEBUG=1 and report it",
                 )
             read[name] = _read_sdist(name, urls[name], pkg.hashes, offline=req.offline)
+            if read[name].compiled and name in refused:
+                raise _compiled_refused(name, pkg.version, read[name].compiled, refused[name])
             needs = tuple(r for r in read[name].requires_dist if drop is None or not drop(r))
             meta[name] = pydeps.DependencyMetadata(name, pkg.version, needs)
             pinned_versions[name] = pkg.version
@@ -89,11 +97,25 @@ def pin_allowing_sources(
     )
 
 
+def _compiled_refused(name: str, version: str, why: str, err: UnsatisfiableError) -> LockError:
+    return LockError(
+        f"{name} {version} has no wheel for this image and its sdist holds compiled code "
+        f"({why}); the image compiles only with [image] compile_extensions = true:\n"
+        f"{err.message}",
+        hint=err.hint,
+        fields={**err.fields, "compiled": why},
+    )
+
+
 def _with_build_requires(
     result: pydeps.PinResult, read: dict[str, extensions.SdistMetadata]
 ) -> pydeps.PinResult:
     packages = tuple(
-        dataclasses.replace(p, build_requires=read[p.name].build_requires) if p.name in read else p
+        dataclasses.replace(
+            p, build_requires=read[p.name].build_requires, pure=not read[p.name].compiled
+        )
+        if p.name in read
+        else p
         for p in result.packages
     )
     return dataclasses.replace(result, packages=packages)
@@ -188,13 +210,24 @@ def lock_build(
     *,
     drop: Held | None = None,
 ) -> ExtensionBuild | None:
-    """[build] for a lock whose `packages` hold sdists (None when none): the toolchain (a
-    devel builder image, a framework base's own toolkit, else NVIDIA's toolkit wheels) and
-    the builder-only pins, pinned against the image's own pins; `drop`: build requirements
-    that need no pin (a framework base already holds them)."""
+    """[build] for a lock whose `packages` hold sdists (None when none): the toolchain (none
+    when every sdist is pure Python; else a devel builder image, a framework base's own
+    toolkit, else NVIDIA's toolkit wheels) and the builder-only pins, pinned against the
+    image's own pins; `drop`: build requirements that need no pin (a framework base already
+    holds them)."""
     sources = [p for p in packages if p.sdist]
     if not sources:
         return None
+    runtime = {p.name: p for p in packages if not p.sdist}
+    constraints = tuple(f"{p.name}=={p.version}" for p in sorted(runtime.values(), key=_name))
+    wanted = sorted({r for p in sources for r in p.build_requires if drop is None or not drop(r)})
+    if all(p.pure for p in sources):
+        # Only wheels to build: no compiler, no target GPUs (a plain builder stage).
+        build_deps = _pin_part(pin, base, tuple(wanted), constraints) if wanted else ()
+        extra = {p.name: p for p in build_deps if p.name not in runtime}
+        return ExtensionBuild(
+            toolchain="none", cuda_archs=(), packages=tuple(extra[n] for n in sorted(extra))
+        )
     archs = extensions.build_archs(stack.target_archs, stack.archs)
     if not archs:
         raise LockError(
@@ -203,8 +236,6 @@ def lock_build(
             hint='list them: [targets] gpus = ["H100", "L4"] (the extension gets a cubin for '
             "each, nothing else)",
         )
-    runtime = {p.name: p for p in packages if not p.sdist}
-    constraints = tuple(f"{p.name}=={p.version}" for p in sorted(runtime.values(), key=_name))
     toolchain: tuple[LockedPackage, ...] = ()
     # A framework base is its own builder: NGC's framework containers are devel images (nvcc
     # and the CUDA headers in /usr/local/cuda), and their torch is the one to compile against.
@@ -212,7 +243,6 @@ def lock_build(
     mode = "devel" if own else "wheels"
     if mode == "wheels":
         toolchain = _pin_toolchain(pin, base, stack, list(runtime.values()), constraints)
-    wanted = sorted({r for p in sources for r in p.build_requires if drop is None or not drop(r)})
     build_deps = _pin_part(pin, base, tuple(wanted), constraints) if wanted else ()
     extra = {p.name: p for p in (*toolchain, *build_deps) if p.name not in runtime}
     return ExtensionBuild(

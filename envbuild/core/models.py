@@ -280,6 +280,10 @@ class LockedPackage:
     and the image's builder stage compiles it (`Lock.build`)."""
     build_requires: tuple[str, ...] = ()
     """An sdist's `[build-system] requires` as its pyproject.toml states them (PEP 518)."""
+    pure: bool = False
+    """An sdist with no compiled code (no C/C++/CUDA/Cython sources, no extension modules, a
+    pure-Python build backend: `envbuild.cuda.extensions.sdist_metadata`): the builder stage
+    only turns it into a wheel, with no compiler and no target GPUs."""
 
 
 @dataclass(frozen=True)
@@ -288,7 +292,9 @@ class ExtensionBuild:
 
     toolchain: str
     """ "devel": nvcc of the builder image (`BaseImage.builder`); "wheels": NVIDIA's CUDA
-    toolkit wheels from PyPI (`toolchain_packages`), installed in the builder only."""
+    toolkit wheels from PyPI (`toolchain_packages`), installed in the builder only; "none":
+    no compiler, every source package is pure Python (a plain builder stage FROM the image's
+    own base builds their wheels; `cuda_archs` is empty)."""
     cuda_archs: tuple[str, ...]
     """What nvcc compiles: a cubin per target ("sm_89", "sm_90") and, where the framework
     build carries PTX, PTX of the newest target ("compute_90"), sorted."""

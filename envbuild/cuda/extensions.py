@@ -16,8 +16,10 @@ an sdist says about itself.
 - An sdist's metadata: PKG-INFO (core metadata; trusted as static from 2.2 when it does not
   mark Requires-Dist dynamic, PEP 643) or pyproject.toml's [project] table (PEP 621), and its
   `[build-system] requires` (PEP 518; without one, pip assumes setuptools>=40.8.0:
-  https://pip.pypa.io/en/stable/reference/build-system/pyproject-toml/). Read from the bytes,
-  never by running the build backend.
+  https://pip.pypa.io/en/stable/reference/build-system/pyproject-toml/), and whether it holds
+  compiled code at all (`compiled_code`: its file list, setup.py text and build backend; a
+  pure-Python sdist is only turned into a wheel, with no compiler). Read from the bytes, never
+  by running the build backend.
 """
 
 from __future__ import annotations
@@ -119,36 +121,87 @@ class SdistMetadata:
     Requires-Dist, or pyproject [project] dependencies not dynamic); False = read from a
     PKG-INFO that setup.py may contradict at build time."""
     metadata_version: str
+    compiled: str = ""
+    """Why it holds compiled code (`compiled_code`); "" = pure Python."""
 
 
-_MAX_MEMBER = 4 * 1024 * 1024  # PKG-INFO and pyproject.toml are kilobytes
+_MAX_MEMBER = 4 * 1024 * 1024  # PKG-INFO, pyproject.toml and setup.py are kilobytes
+_READ = ("PKG-INFO", "pyproject.toml", "setup.py")
 
 
-def _members(data: bytes, filename: str) -> dict[str, bytes]:
-    """The top-level PKG-INFO and pyproject.toml of a .tar.gz or .zip sdist."""
+def _members(data: bytes, filename: str) -> tuple[dict[str, bytes], tuple[str, ...]]:
+    """(the top-level PKG-INFO, pyproject.toml and setup.py, every file's path below the
+    sdist's root folder) of a .tar.gz or .zip sdist."""
     # Imported here: the resolver imports this module (wheels_have_nvcc) on every resolve.
     import io
     import tarfile
     import zipfile
 
-    wanted = ("PKG-INFO", "pyproject.toml")
     out: dict[str, bytes] = {}
+    names: list[str] = []
     if filename.endswith(".zip"):
         with zipfile.ZipFile(io.BytesIO(data)) as zf:
             for info in zf.infolist():
                 parts = info.filename.split("/")
-                if len(parts) == 2 and parts[1] in wanted and info.file_size <= _MAX_MEMBER:
+                names.append("/".join(parts[1:]))
+                if len(parts) == 2 and parts[1] in _READ and info.file_size <= _MAX_MEMBER:
                     out.setdefault(parts[1], zf.read(info))
-        return out
+        return out, tuple(names)
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as tf:
         for member in tf.getmembers():
             parts = member.name.lstrip("./").split("/")
+            if member.isfile():
+                names.append("/".join(parts[1:]))
             small = member.isfile() and member.size <= _MAX_MEMBER
-            if len(parts) == 2 and parts[1] in wanted and small:
+            if len(parts) == 2 and parts[1] in _READ and small:
                 f = tf.extractfile(member)
                 if f is not None:
                     out.setdefault(parts[1], f.read())
-    return out
+    return out, tuple(names)
+
+
+# What makes an sdist compiled code, read from its file list and texts (never run): sources a
+# compiler or Cython translates, a native build system's input, an extension module in setup.py
+# (https://setuptools.pypa.io/en/latest/userguide/ext_modules.html; torch.utils.cpp_extension's
+# CppExtension/CUDAExtension), a build backend other than the pure-Python ones, or a build
+# requirement that only compiled builds need.
+COMPILED_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".c++", ".cu", ".pyx", ".f", ".f90", ".rs")
+COMPILED_FILES = ("CMakeLists.txt", "meson.build", "Cargo.toml")
+_SETUP_MARKERS = ("ext_modules", "Extension(", "CUDAExtension", "CppExtension", "cythonize")
+PURE_BACKENDS = (
+    "setuptools.build_meta",
+    "setuptools.build_meta:__legacy__",
+    "flit_core.buildapi",
+    "hatchling.build",
+    "poetry.core.masonry.api",
+    "pdm.backend",
+)
+_COMPILED_REQUIRES = re.compile(
+    r"^\s*(cython|pybind11|nanobind|torch|cmake|ninja|scikit-build(-core)?|meson-python|"
+    r"setuptools-rust|maturin|cffi)\b",
+    re.IGNORECASE,
+)
+
+
+def compiled_code(
+    names: Sequence[str], setup_py: str, backend: str | None, build_requires: Sequence[str]
+) -> str:
+    """Why an sdist holds compiled code ("" when it is pure Python), from its file list, its
+    setup.py text, its build backend (None: none declared, setuptools' legacy) and its build
+    requirements."""
+    for name in sorted(names):
+        base = name.rsplit("/", 1)[-1]
+        if base.lower().endswith(COMPILED_SUFFIXES) or base in COMPILED_FILES:
+            return f"it holds {name}"
+    marker = next((m for m in _SETUP_MARKERS if m in setup_py), None)
+    if marker is not None:
+        return f"its setup.py names {marker.rstrip('(')}"
+    if backend is not None and backend not in PURE_BACKENDS:
+        return f"its build backend is {backend}"
+    wanted = next((r for r in build_requires if _COMPILED_REQUIRES.match(r)), None)
+    if wanted is not None:
+        return f"it builds with {wanted}"
+    return ""
 
 
 def sdist_metadata(data: bytes, filename: str) -> SdistMetadata:
@@ -158,8 +211,8 @@ def sdist_metadata(data: bytes, filename: str) -> SdistMetadata:
 
     from envbuild.request.parse import toml_loads
 
-    members = _members(data, filename)
-    if not members:
+    members, names = _members(data, filename)
+    if not {"PKG-INFO", "pyproject.toml"} & set(members):
         raise ValueError(f"{filename} has no PKG-INFO or pyproject.toml at its top level")
     pyproject: dict[str, object] = {}
     if "pyproject.toml" in members:
@@ -185,7 +238,10 @@ def sdist_metadata(data: bytes, filename: str) -> SdistMetadata:
     ):
         deps = tuple(str(d) for d in project.get("dependencies", []) or [])
         static = True
-    return SdistMetadata(deps, build_requires, static, version)
+    backend = system.get("build-backend") if isinstance(system, dict) else None
+    setup_py = members.get("setup.py", b"").decode("utf-8", "replace")
+    why = compiled_code(names, setup_py, str(backend) if backend else None, build_requires)
+    return SdistMetadata(deps, build_requires, static, version, why)
 
 
 def _at_least(version: str, want: tuple[int, int]) -> bool:

@@ -315,6 +315,8 @@ def _packages_aot(locked: Sequence[LockedPackage]) -> Any:
         if package.sdist:  # absent for wheels: their tables keep their bytes
             table.add("sdist", True)
             table.add("build_requires", _array(package.build_requires))
+            if package.pure:  # absent: compiled (locks before the classification had none)
+                table.add("kind", "pure")
         table.add("hashes", _array(sorted(package.hashes), multiline=True))
         packages.append(table)
     return packages
@@ -337,8 +339,8 @@ def _build_from(document: dict[str, Any]) -> ExtensionBuild | None:
         return None
     table = _typed(document["build"], dict, "[build]")
     toolchain = _text(table, "toolchain", "build")
-    if toolchain not in ("devel", "wheels"):
-        raise ValueError(f"build.toolchain {toolchain!r} is not devel or wheels")
+    if toolchain not in ("devel", "wheels", "none"):
+        raise ValueError(f"build.toolchain {toolchain!r} is not devel, wheels or none")
     return ExtensionBuild(
         toolchain=toolchain,
         cuda_archs=_texts(table, "cuda_archs", "build"),
@@ -533,9 +535,18 @@ def _packages_from(
                 source=_text(entry, "source", f"package {name}"),
                 sdist=_typed(entry.get("sdist", False), bool, f"package {name}.sdist"),
                 build_requires=_texts(entry, "build_requires", f"package {name}"),
+                pure=_kind(entry, name),
             )
         )
     return tuple(packages)
+
+
+def _kind(entry: dict[str, Any], name: str) -> bool:
+    """An sdist's `kind`: True for "pure" (no compiled code); absent means "compiled"."""
+    kind = _typed(entry.get("kind", "compiled"), str, f"package {name}.kind")
+    if kind not in ("pure", "compiled"):
+        raise ValueError(f"package {name}.kind {kind!r} is not pure or compiled")
+    return bool(kind == "pure")
 
 
 def _smoke_from(document: dict[str, Any]) -> SmokeSettings:

@@ -6,7 +6,9 @@ Three hash-checked requirement sets, none of which reaches the final stage excep
 wheels built from them: the toolchain (NVIDIA's CUDA toolkit wheels, `pip install --target`
 outside the venv), the sdists' build requirements that the image itself does not hold (on
 PYTHONPATH during the build only), and one file per sdist, compiled with
-`--no-build-isolation` so it builds against the venv's own, locked torch.
+`--no-build-isolation` so it builds against the venv's own, locked torch. When every sdist is
+pure Python (`[build] toolchain = "none"`), the builder is the image's own base with no
+compiler, and there is no toolchain.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ def template_values(lock: Lock, python: str) -> dict[str, Any]:
     build = lock.build
     if build is None:
         return {"build": False, "build_sources_only": False}
+    if build.toolchain == "none":
+        return _pure_values(lock)
     arch_list = check_match(
         _ARCH_LIST, extensions.torch_cuda_arch_list(build.cuda_archs), "arch list", "bad arch"
     )
@@ -57,6 +61,24 @@ def template_values(lock: Lock, python: str) -> dict[str, Any]:
         # The runtime libraries' headers (cuBLAS, cuSPARSE, ...) that torch's CUDA headers
         # include: in the venv's CUDA wheels, not in the toolchain's.
         "cuda_cpath": f"{site}/include" if wheels else "",
+        "toolchain_dir": TOOLCHAIN_DIR,
+        "build_deps_dir": BUILD_DEPS_DIR,
+        "build_gib_per_job": extensions.GIB_PER_JOB,
+    }
+
+
+def _pure_values(lock: Lock) -> dict[str, Any]:
+    """Only pure-Python sdists: their wheels are built with the image's own Python (no
+    compiler, no CUDA toolkit, no arch list)."""
+    return {
+        "build": True,
+        "build_toolchain": "none",
+        "build_has_deps": bool(_build_deps(lock)),
+        "build_sources_only": all(p.sdist for p in lock.packages),
+        "torch_cuda_arch_list": "",
+        "cmake_cuda_architectures": "",
+        "cuda_home": "",
+        "cuda_cpath": "",
         "toolchain_dir": TOOLCHAIN_DIR,
         "build_deps_dir": BUILD_DEPS_DIR,
         "build_gib_per_job": extensions.GIB_PER_JOB,
@@ -115,7 +137,7 @@ def context_files(lock: Lock) -> dict[str, bytes]:
     for p in lock.packages:
         if p.sdist:
             files[f"sources/{p.name}-{cache_key(lock, p)}.lock"] = _requirements(
-                f"{p.name}, compiled from its sdist", [p]
+                f"{p.name}, {'built' if p.pure else 'compiled'} from its sdist", [p]
             )
     return files
 

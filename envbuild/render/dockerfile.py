@@ -414,8 +414,9 @@ def _base_values(lock: Lock, options: RenderOptions) -> dict[str, Any]:
         builder_ref = _pin(builder, digest if builder == locked_ref else None)
         final_digest = digest if final == locked_ref else None
         base_ref = options.base_image or _pin(final, final_digest)
-        if lock.build is not None and lock.build.toolchain == "wheels":
-            builder_ref = base_ref  # nvcc comes from wheels: the builder is the final base
+        if lock.build is not None and lock.build.toolchain in ("wheels", "none"):
+            # nvcc comes from wheels, or nothing is compiled: the builder is the final base.
+            builder_ref = base_ref
         template = DEVEL_TEMPLATE
     else:
         final_digest = digest

@@ -214,15 +214,16 @@ def _extension_plan(
 ) -> tuple[list[dict[str, str]], list[str], list[str]]:
     """The packages the image compiled from source and the GPUs their code must cover (the
     lock's targets; Tegra ones need an exact cubin): checked by the payload's smoke_ext."""
-    if lock is None or lock.build is None:
-        return [], [], []
+    compiled = [p for p in lock.packages if p.sdist and not p.pure] if lock is not None else []
+    if lock is None or lock.build is None or not compiled:
+        return [], [], []  # pure-Python sdists hold no device code to check
     rules = ArchRules.from_archs(matrix.archs)
     ccs = []
     for sm in lock.stack.target_archs:
         _, major, minor, _ = parse_arch(sm)
         ccs.append((major, minor))
     return (
-        [{"name": p.name, "version": p.version} for p in lock.packages if p.sdist],
+        [{"name": p.name, "version": p.version} for p in compiled],
         [f"{a}.{b}" for a, b in sorted(set(ccs))],
         [f"{a}.{b}" for a, b in sorted(set(ccs) & rules.tegra)],
     )

@@ -165,6 +165,27 @@ def project_lock() -> Lock:
     )
 
 
+def pure_sdist_lock() -> Lock:
+    """The GPU lock with a pure-Python package that only an sdist provides (no compiled code,
+    no compile_extensions): its wheel is built in a plain builder stage FROM the same base."""
+    g = gpu_lock()
+    sdist = dataclasses.replace(
+        _pkg("envbuild-puredep", "0.6.0"),
+        hashes=(fake_sha("envbuild_puredep-0.6.0.tar.gz"),),
+        sdist=True,
+        build_requires=("flit_core>=3.2,<4",),
+        pure=True,
+    )
+    return dataclasses.replace(
+        g,
+        name="torch-pure-sdist",
+        packages=(*g.packages, sdist, _pkg("packaging", "25.0")),
+        build=ExtensionBuild(
+            toolchain="none", cuda_archs=(), packages=(_pkg("flit-core", "3.12.0"),)
+        ),
+    )
+
+
 NGC_REF = "nvcr.io/nvidia/pytorch:25.09-py3"
 
 
@@ -250,4 +271,5 @@ FIXTURES = {
     "fixture-project": project_lock,
     "fixture-framework-ext": framework_ext_lock,
     "fixture-framework-project": framework_project_lock,
+    "fixture-pure-sdist": pure_sdist_lock,
 }

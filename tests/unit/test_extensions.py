@@ -79,6 +79,7 @@ def test_the_example_sdist_declares_static_metadata_and_its_build_requirements()
         build_requires=("setuptools>=77", "torch", "ninja"),
         static=True,
         metadata_version="2.2",
+        compiled="it holds csrc/vecadd.cpp",
     )
 
 
@@ -171,13 +172,18 @@ def test_source_packages_are_locked_from_their_sdist_without_building() -> None:
     assert out.notes == ()  # static metadata: nothing to warn about
 
 
-def test_without_compile_extensions_the_error_says_how_to_allow_it() -> None:
+def test_without_compile_extensions_a_compiled_sdist_is_refused_saying_how_to_allow_it() -> None:
     def pin(req: pydeps.PinRequest) -> pydeps.PinResult:
-        raise pydeps.classify_failure("uv", UV_SOURCE_ONLY, req)
+        if not req.source_packages:
+            raise pydeps.classify_failure("uv", UV_SOURCE_ONLY, req)
+        return pydeps.PinResult(
+            pydeps.parse_pylock(PYLOCK, req), "uv", tuple(pydeps.sdist_urls(PYLOCK).items())
+        )
 
     with pytest.raises(LockError) as err:
         source_lock.pin_allowing_sources(pin, _req(), Request(framework="torch"))
     assert err.value.exit_code == 2 and "compile_extensions = true" in err.value.hint
+    assert "holds compiled code (it holds csrc/vecadd.cpp)" in err.value.message
 
 
 # --- the lock's [build], the builder stage -------------------------------------------------

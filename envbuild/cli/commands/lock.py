@@ -148,7 +148,11 @@ def _print(outcome: LockOutcome) -> None:
         console.line(
             f"  from source: {source['name']} {source['version']} (no wheel fits; sdist "
             f"{source['sha256']}, build requires {', '.join(source['build_requires']) or '-'}), "
-            f"compiled for {' '.join(source['cuda_archs'])} with {source['toolchain']}"
+            + (
+                "pure Python, built into a wheel (no compiler)"
+                if source["pure"]
+                else f"compiled for {' '.join(source['cuda_archs'])} with {source['toolchain']}"
+            )
         )
 
 
@@ -157,7 +161,9 @@ def _built_from_source(lock: Lock) -> list[dict[str, Any]]:
     build = lock.build
     if build is None:
         return []
-    if build.toolchain == "devel":
+    if build.toolchain == "none":
+        toolchain = "no compiler"
+    elif build.toolchain == "devel":
         # A framework base compiles in a stage of itself (no separate devel builder image).
         builder = lock.stack.base_image.builder or lock.stack.base_image.ref
         toolchain = f"nvcc of {builder}"
@@ -177,8 +183,9 @@ def _built_from_source(lock: Lock) -> list[dict[str, Any]]:
             "version": p.version,
             "sha256": p.hashes[0] if p.hashes else "",
             "build_requires": list(p.build_requires),
-            "cuda_archs": list(build.cuda_archs),
-            "toolchain": toolchain,
+            "cuda_archs": [] if p.pure else list(build.cuda_archs),
+            "toolchain": "no compiler" if p.pure else toolchain,
+            "pure": p.pure,
         }
         for p in lock.packages
         if p.sdist

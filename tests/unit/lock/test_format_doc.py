@@ -83,9 +83,13 @@ def everything_lock() -> Lock:
             stack.base_image, cudnn="9.1.0", builder="nvidia/cuda:13.0.0-devel-ubuntu24.04"
         ),
     )
+    pure = dataclasses.replace(  # an sdist with no compiled code: `kind = "pure"`
+        next(p for p in lock.packages if p.sdist), name="envbuild-puredep", pure=True
+    )
     return dataclasses.replace(
         lock,
         stack=stack,
+        packages=(*lock.packages, pure),
         base_digest="sha256:" + "1" * 64,
         indexes=dataclasses.replace(lock.indexes, index_url="https://example.org/simple"),
         smoke=dataclasses.replace(lock.smoke, command=("python", "-m", "train")),
