@@ -2,9 +2,10 @@
 `[project]` table (the code copied into the image) and `[smoke] command` (the project's own
 smoke step). Every key is documented in docs/request.md.
 
-Values are checked as strictly as the rest of the request (envbuild.request.parse): no quotes,
-backslashes, `$`, backticks or control characters, because commands and ignore patterns end
-up in Dockerfile text. Paths are checked here for their shape only (relative); whether they
+Paths and ignore patterns are checked as strictly as the rest of the request
+(envbuild.request.parse): no quotes, backslashes, `$`, backticks or control characters, because
+they end up in Dockerfile and `.dockerignore` text. Commands take any argument but a control
+character: they run without a shell and reach a Dockerfile only as a JSON array. Paths are checked here for their shape only (relative); whether they
 stay inside the repository is decided where the files are read (envbuild.request.sourcetree).
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from collections.abc import Mapping
 from pathlib import PurePosixPath
 from typing import Any
@@ -128,24 +130,63 @@ def _normal(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+# Commands run without a shell and reach a Dockerfile only as a JSON array (exec-form CMD),
+# so quotes, `$` and backslashes in an argument are just characters; a line break or control
+# character would still break a line somewhere (a Dockerfile, a log, a terminal).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
 def command_value(path: str, table: str, key: str, value: Any) -> tuple[str, ...]:
-    """A command: a string split at spaces ("python -m train --steps 5") or an array of
-    arguments; run without a shell."""
+    """A command: a string split like a POSIX shell would (`shlex.split`: "python -c 'print(1)'"
+    is three arguments) or an array of arguments taken as written; run without a shell."""
+    example = f'write {key} = "python -m train --steps 5" or {key} = ["python", "-m", "train"]'
     if isinstance(value, str):
-        args = tuple(read_str(path, table, key, value).split())
+        _no_control(path, table, key, value)
+        try:
+            args = tuple(shlex.split(value))
+        except ValueError as exc:  # an unclosed quote or a trailing backslash
+            raise fail(path, table, key, f"{value!r} cannot be split ({exc})", example) from None
     elif isinstance(value, list):
-        args = read_str_list(path, table, key, value)
+        args = tuple(_argument(path, table, key, item, example) for item in value)
     else:
         raise fail(
             path,
             table,
             key,
             f"expected a string or an array of strings, got {type_name(value)} {value!r}",
-            f'write {key} = "python -m train --steps 5" or {key} = ["python", "-m", "train"]',
+            example,
         )
     if not args:
         raise fail(path, table, key, "is empty", f"remove {key} or give it a command")
+    if not args[0].strip():
+        raise fail(path, table, key, f"{args[0]!r} is not a program", example)
     return args
+
+
+def _argument(path: str, table: str, key: str, item: Any, example: str) -> str:
+    if not isinstance(item, str):
+        raise fail(
+            path,
+            table,
+            key,
+            f"expected an array of strings, got {type_name(item)} {item!r}",
+            example,
+        )
+    return _no_control(path, table, key, item)
+
+
+def _no_control(path: str, table: str, key: str, value: str) -> str:
+    bad = _CONTROL.search(value)
+    if bad:
+        raise fail(
+            path,
+            table,
+            key,
+            f"{value!r} contains {bad.group()!r}",
+            "write the command on one line without control characters (quotes, '$' and "
+            "backslashes are fine: it runs without a shell)",
+        )
+    return value
 
 
 def project_table(pj: Mapping[str, Any] | None, path: str) -> ProjectSettings | None:
@@ -169,6 +210,10 @@ PROJECT_DIR = "/app"
 """Where the project's code is in the image (its WORKDIR)."""
 # The same characters the request refuses: a lock edited after the fact is checked again.
 _SAFE_ARG = re.compile(r"[^\x00-\x1f\x7f-\x9f\u2028\u2029\"'`\\$]+")
+_SAFE_WHY = "quotes, backslashes, '$', backticks and control characters are refused"
+# A command argument reaches the Dockerfile as a JSON string (json.dumps escapes quotes and
+# backslashes); only what would break its line is refused. An empty argument is fine.
+_SAFE_COMMAND = re.compile(r"[^\x00-\x1f\x7f-\x9f\u2028\u2029]*")
 
 
 def template_values(project: ProjectSettings | None) -> dict[str, Any]:
@@ -180,16 +225,15 @@ def template_values(project: ProjectSettings | None) -> dict[str, Any]:
             "project_install": False,
             "command": '["python"]',
         }
-    for what, values in (
-        ("[project] path", (project.path,)),
-        ("[project] command", project.command),
-        ("[project] ignore", project.ignore),
+    for what, values, pattern, refused in (
+        ("[project] path", (project.path,), _SAFE_ARG, _SAFE_WHY),
+        ("[project] command", project.command, _SAFE_COMMAND, "control characters are refused"),
+        ("[project] ignore", project.ignore, _SAFE_ARG, _SAFE_WHY),
     ):
         for value in values:
-            if not isinstance(value, str) or not _SAFE_ARG.fullmatch(value):
+            if not isinstance(value, str) or not pattern.fullmatch(value):
                 raise UserError(
-                    f"{what} {value!r} cannot go into a Dockerfile: quotes, backslashes, '$', "
-                    "backticks and control characters are refused",
+                    f"{what} {value!r} cannot go into a Dockerfile: {refused}",
                     hint="fix the request (envbuild.toml) and run `envbuild lock <image dir>` "
                     "again",
                     fields={"field": what, "value": str(value)},

@@ -3,11 +3,14 @@ command` (envbuild/request/project.py), parsed strictly like the rest of envbuil
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from envbuild.core.errors import RequestError
 from envbuild.core.models import DependencyFiles, ProjectSettings, Request
 from envbuild.request.parse import canonical_request_json, parse_request
+from envbuild.request.project import template_values
 
 HEAD = '[framework]\nrequirement = "torch"\n'
 
@@ -39,8 +42,22 @@ def test_full_project_request() -> None:
         command=("python", "-m", "app.train"),
         ignore=("notebooks", "!data/vocab.txt"),
     )
-    # A string command is split at spaces: no shell, no quotes to parse.
+    # A string command is split like a shell would (shlex), then run without one.
     assert request.smoke.command == ("python", "-m", "app.train", "--steps", "5")
+
+
+def test_commands_take_any_argument_but_control_characters() -> None:
+    request = parse(
+        '[project]\ncommand = ["python", "-c", "print(\'hi\')", "$HOME", "a\\\\b", ""]\n'
+        '[smoke]\ncommand = "python -c \'print(\\"hi there\\")\' --name=\\"x y\\""\n'
+    )
+    assert request.project is not None
+    assert request.project.command == ("python", "-c", "print('hi')", "$HOME", "a\\b", "")
+    assert request.smoke.command == ("python", "-c", 'print("hi there")', "--name=x y")
+    # The CMD is a JSON array: quotes and backslashes escaped, nothing for a shell to expand.
+    values = template_values(request.project)
+    assert values["command"] == '["python", "-c", "print(\'hi\')", "$HOME", "a\\\\b", ""]'
+    assert json.loads(values["command"]) == list(request.project.command)
 
 
 def test_defaults_leave_the_canonical_request_unchanged() -> None:
@@ -106,8 +123,13 @@ def test_defaults_leave_the_canonical_request_unchanged() -> None:
         ),
         (
             '[smoke]\ncommand = "   "\n',
-            "e/envbuild.toml: [smoke] command: '   ' has leading or trailing spaces",
-            "write ''",
+            "e/envbuild.toml: [smoke] command: is empty",
+            "remove command or give it a command",
+        ),
+        (
+            '[smoke]\ncommand = ["", "x"]\n',
+            "e/envbuild.toml: [smoke] command: '' is not a program",
+            'write command = "python -m train --steps 5" or command = ["python", "-m", "train"]',
         ),
         (
             "[smoke]\ncommand = []\n",
@@ -115,10 +137,22 @@ def test_defaults_leave_the_canonical_request_unchanged() -> None:
             "remove command or give it a command",
         ),
         (
-            "[smoke]\ncommand = \"python -c 'import x'\"\n",
-            'e/envbuild.toml: [smoke] command: "python -c \'import x\'" contains "\'"',
-            "write it without quotes, backslashes, '$', backticks, newlines or control "
-            "characters (they would end up inside Dockerfile and shell text)",
+            '[smoke]\ncommand = "python -c \'import x"\n',
+            'e/envbuild.toml: [smoke] command: "python -c \'import x" cannot be split (No '
+            "closing quotation)",
+            'write command = "python -m train --steps 5" or command = ["python", "-m", "train"]',
+        ),
+        (
+            '[smoke]\ncommand = ["python", "-c", "print(1)\\nprint(2)"]\n',
+            "e/envbuild.toml: [smoke] command: 'print(1)\\nprint(2)' contains '\\n'",
+            "write the command on one line without control characters (quotes, '$' and "
+            "backslashes are fine: it runs without a shell)",
+        ),
+        (
+            '[project]\ncommand = "python\\ttrain.py"\n',
+            "e/envbuild.toml: [project] command: 'python\\ttrain.py' contains '\\t'",
+            "write the command on one line without control characters (quotes, '$' and "
+            "backslashes are fine: it runs without a shell)",
         ),
         (
             '[project]\npath = "~/code"\n',
