@@ -57,6 +57,7 @@ from envbuild.lock.format import (
     schema_version_of,
 )
 from envbuild.matrix import Matrix
+from envbuild.request import sourcetree
 from envbuild.request.parse import load_request
 
 if TYPE_CHECKING:  # the project readers load only for requests with project files
@@ -76,6 +77,8 @@ class LockOutcome:
     warnings: tuple[str, ...] = ()
     tool: str = ""
     """The delegated Python resolver ("uv", "pip"); "" for --check."""
+    left_out: tuple[sourcetree.LeftOut, ...] | None = None
+    """What of the project stays out of /app (None without a project, and for --check)."""
 
 
 def lock(
@@ -93,7 +96,7 @@ def lock(
     runs uv (`envbuild.lock.headstart` passes one that may have started it already)."""
     if check:
         return check_image(image_dir, matrix_overlay=matrix_overlay)
-    return lock_image(
+    outcome = lock_image(
         image_dir,
         upgrade=upgrade,
         upgrade_packages=upgrade_packages,
@@ -101,6 +104,11 @@ def lock(
         matrix_overlay=matrix_overlay,
         runner=runner,
     )
+    # Said at lock time, before a build copies the code: what of the project stays out.
+    survey = sourcetree.project_survey(outcome.lock.project, image_dir)
+    if survey is None:
+        return outcome
+    return dataclasses.replace(outcome, left_out=survey.left_out)
 
 
 def check_image(image_dir: Path, *, matrix_overlay: Path | None = None) -> LockOutcome:

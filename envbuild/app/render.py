@@ -12,6 +12,7 @@ from envbuild.app import inputs
 from envbuild.core.errors import UserError
 from envbuild.core.fsio import is_own_folder, replace_folder, write_atomic
 from envbuild.render import dockerfile as rendering
+from envbuild.request import sourcetree
 
 
 def render(
@@ -29,6 +30,9 @@ def render(
     dockerfile = rendering.render_dockerfile(
         lock, options=options, template_dir=image_dir, lock_text=lock_text
     )
+    # Walked apart from the context (which reads the files) so that a render to stdout
+    # reports it too; it costs a stat per file.
+    survey = sourcetree.project_survey(lock.project, image_dir)
     files = 0
     if context is not None:
         context_files = rendering.build_context(
@@ -43,7 +47,11 @@ def render(
     if output is not None:
         write_atomic(output, dockerfile)
     return rendering.RenderResult(
-        dockerfile=dockerfile, output=output, context=context, context_files=files
+        dockerfile=dockerfile,
+        output=output,
+        context=context,
+        context_files=files,
+        left_out=None if survey is None else survey.left_out,
     )
 
 

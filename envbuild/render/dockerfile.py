@@ -98,6 +98,8 @@ class RenderResult:
     output: Path | None = None
     context: Path | None = None
     context_files: int = 0
+    left_out: tuple[sourcetree.LeftOut, ...] | None = None
+    """What of the project stays out of /app; None without a project."""
 
 
 # --- validation (allow-lists; anything else is refused) -------------------------------------

@@ -5,26 +5,36 @@ Paths in a request are relative to the image folder and must stay inside the rep
 that holds it (the nearest folder with a `.git` above the image folder; without one, the
 image folder itself), so a request cannot copy `~/.ssh` or `/etc` into an image.
 
-The ignore rules are `.dockerignore` rules (https://docs.docker.com/build/concepts/context/
-#dockerignore-files): relative to the project folder, a pattern without `**/` matches at its
-top only, `!` re-includes, the last matching rule wins, and a matched folder takes everything
-under it. envbuild applies them itself (the context is assembled in memory) through pathspec's
-gitignore matcher with every pattern anchored at the top, which is what Docker's rules mean,
-and writes them into the context as `.dockerignore` (prefixed with the context folder) so a
-`docker build` of a rendered context sees the same files.
+What goes into /app is what the project holds. The rules come in layers, the last one that
+matches a path deciding, `!` re-including: envbuild's defaults (only what is never code:
+version control, virtualenvs, caches, build output, `.env` files, checkpoint and data files by
+extension), the project's own `.gitignore` files (git's rules, https://git-scm.com/docs/
+gitignore: relative to the folder that holds each one, a pattern without a slash matches at
+any depth), its `.dockerignore` and `[project] ignore` (Docker's rules, https://docs.docker.com/
+build/concepts/context/#dockerignore-files: relative to the project folder, matched at its
+top only unless they start with `**/`), and last the image folder's own files (envbuild.toml,
+its lock, its Dockerfile.j2), which never go in. A file over MAX_FILE_BYTES is data however it
+is named, unless a `!` rule of the `.dockerignore` or `[project] ignore` names it. pathspec's
+gitignore matcher applies every layer (Docker's rules anchored at the top, which is what they
+mean). What was left out is reported (`render`, `lock`) and written into the context as its
+`.dockerignore`, prefixed with the context folder.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import os
+import re
 from collections.abc import Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
 
 from envbuild.core.errors import RequestError, UserError
 from envbuild.core.fsio import read_input
 from envbuild.core.models import ProjectSettings
+from envbuild.request.project import PROJECT_DIR
 
 CONTEXT_DIR = "project"
 """Where the project's files are in the build context (`COPY project/ ...`)."""
@@ -51,28 +61,40 @@ DEFAULT_IGNORE: tuple[str, ...] = (
     "dist",
     # secrets a repository often holds next to the code
     "**/.env",
-    # data, checkpoints and run logs belong in volumes, not in an image
-    "data",
-    "datasets",
-    "checkpoints",
-    "outputs",
-    "runs",
+    # run logs that tools write (never the project's code): they belong in volumes
     "wandb",
     "mlruns",
     "lightning_logs",
+    # checkpoints, weights and data by their format, wherever they are: volumes, not an image
     "**/*.ckpt",
     "**/*.pt",
     "**/*.pth",
     "**/*.safetensors",
-    # envbuild's own files when the image folder is the project folder
+    "**/*.bin",
+    "**/*.npy",
+    "**/*.npz",
+    "**/*.parquet",
+    "**/*.arrow",
+    "**/*.feather",
+    "**/*.h5",
+    "**/*.hdf5",
+    "**/*.tfrecord",
+    "**/*.onnx",
+    # the project's own ignore file: read, not copied
+    ".dockerignore",
+)
+OWN_FILES: tuple[str, ...] = (
     "envbuild.toml",
     "envbuild.lock",
     ".envbuild.lock.lock",
     "Dockerfile.j2",
-    ".dockerignore",
 )
+"""The image folder's files: when the image folder is in the project, they stay out of /app."""
+MAX_FILE_BYTES = 10 * 2**20
+"""A file larger than this is data (a dataset shard, a tokenizer blob), not code."""
 MAX_BYTES = 256 * 1024 * 1024
 """The context is assembled in memory: a project larger than this almost always carries data."""
+OVER_SIZE = f"over {MAX_FILE_BYTES // 2**20} MiB"
 
 
 def repo_root(image_dir: Path) -> Path:
@@ -133,19 +155,6 @@ def file_sha256(path: Path, what: str = "project file") -> str:
     return "sha256:" + hashlib.sha256(read_input(path, what=what)).hexdigest()
 
 
-def ignore_rules(user_rules: Sequence[str], own_file: str | None = None) -> tuple[str, ...]:
-    """envbuild's rules, then the project's own `.dockerignore` lines, then `[project] ignore`
-    (later rules win, so a user's `!data/vocab.txt` re-includes a file)."""
-    rules = list(DEFAULT_IGNORE)
-    if own_file is not None:
-        for line in own_file.splitlines():
-            line = line.strip()
-            if line and not line.startswith("#"):
-                rules.append(line)
-    rules += list(user_rules)
-    return tuple(rules)
-
-
 def _anchored(rule: str) -> str:
     """A `.dockerignore` rule as a gitignore rule with the same meaning: anchored at the top."""
     negate = rule.startswith("!")
@@ -156,16 +165,283 @@ def _anchored(rule: str) -> str:
     return ("!" if negate else "") + "/" + body
 
 
-def dockerignore_text(rules: Sequence[str], prefix: str = CONTEXT_DIR) -> str:
-    """The `.dockerignore` of a build context whose project files are under `prefix/`."""
-    lines = [
-        "# Generated by envbuild: the project's files are under "
-        f"{prefix}/ (envbuild's rules, the project's .dockerignore, [project] ignore)."
+def _rule_lines(text: str) -> list[str]:
+    return [
+        line.strip()
+        for line in text.splitlines()
+        if line.strip() and not line.strip().startswith("#")
     ]
-    for rule in rules:
-        negate = rule.startswith("!")
-        body = _anchored(rule).lstrip("!").lstrip("/")
-        lines.append(("!" if negate else "") + f"{prefix}/{body}")
+
+
+@dataclass(frozen=True)
+class _Layer:
+    """One file of rules (or envbuild's defaults), matched against paths under `base`."""
+
+    source: str
+    """Where the rules come from, as the report names it (".gitignore", "[project] ignore")."""
+    base: str
+    """The folder the patterns are relative to ("" = the project folder)."""
+    spec: Any
+    """A pathspec.GitIgnoreSpec."""
+    explicit: bool = False
+    """A `!` rule here is the user naming a file: it re-includes one over MAX_FILE_BYTES."""
+
+    def check(self, rel: str, is_dir: bool) -> tuple[bool, str] | None:
+        """(ignored, the pattern that decided) or None when no pattern matches."""
+        if self.base:
+            if not rel.startswith(self.base + "/"):
+                return None
+            rel = rel[len(self.base) + 1 :]
+        found = self.spec.check_file(rel + "/" if is_dir else rel)
+        if found.include is None:
+            return None
+        return bool(found.include), str(self.spec.patterns[found.index].pattern).lstrip("/")
+
+    def negations(self) -> list[str]:
+        """The `!` rules' paths, as written after the `!` (and the anchoring `/`)."""
+        return [
+            str(p.pattern).lstrip("!").lstrip("/") for p in self.spec.patterns if p.include is False
+        ]
+
+
+def _reaches(rule: str, folder: str) -> bool:
+    """Whether a Docker `!` rule could re-include something under `folder` (both relative to
+    the project folder): its leading components match the folder's, or it starts with `**`."""
+    parts, names = rule.split("/"), folder.split("/")
+    for i, name in enumerate(names):
+        if i >= len(parts):
+            return False
+        if parts[i] == "**":
+            return True
+        if not fnmatch.fnmatchcase(name, parts[i]):
+            return False
+    return len(parts) > len(names)
+
+
+def _docker_layer(source: str, rules: Sequence[str], *, explicit: bool = False) -> _Layer:
+    import pathspec
+
+    spec = pathspec.GitIgnoreSpec.from_lines([_anchored(r) for r in rules])
+    return _Layer(source=source, base="", spec=spec, explicit=explicit)
+
+
+def _git_layer(path: Path, base: str) -> _Layer:
+    import pathspec
+
+    text = read_input(path, what=".gitignore").decode("utf-8", "replace")
+    source = f"{base}/.gitignore" if base else ".gitignore"
+    return _Layer(
+        source=source, base=base, spec=pathspec.GitIgnoreSpec.from_lines(text.splitlines())
+    )
+
+
+def _own_files(root: Path, image_dir: Path | None) -> list[str]:
+    """The image folder's files, relative to the project folder (none when it is elsewhere)."""
+    folder = root if image_dir is None else image_dir.resolve()
+    if folder != root and root not in folder.parents:
+        return []
+    rel = folder.relative_to(root).as_posix()
+    return [name if rel == "." else f"{rel}/{name}" for name in OWN_FILES]
+
+
+def ignore_rules(user_rules: Sequence[str], own_file: str | None = None) -> tuple[str, ...]:
+    """The Docker-syntax rules, in order: envbuild's, the project's own `.dockerignore` lines,
+    then `[project] ignore` (later rules win, so a user's `!data/vocab.txt` re-includes a
+    file). The `.gitignore` files are layers of their own (`survey`)."""
+    own = _rule_lines(own_file) if own_file is not None else []
+    return (*DEFAULT_IGNORE, *own, *user_rules)
+
+
+@dataclass(frozen=True)
+class LeftOut:
+    """A file or folder of the project that is not copied, and why."""
+
+    path: str
+    """Relative to the project folder (POSIX); a folder ends with "/"."""
+    why: str
+    """OVER_SIZE, or where the rule that left it out comes from and the rule."""
+    size: int | None = None
+    """Its size in bytes; None for a folder (not walked)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "why": self.why, "bytes": self.size}
+
+
+@dataclass(frozen=True)
+class Survey:
+    """What the rules keep of a project folder (not read yet) and what they leave out."""
+
+    kept: dict[str, Path]
+    """Path relative to the project folder (POSIX) -> the file, sorted."""
+    left_out: tuple[LeftOut, ...]
+    rules: tuple[str, ...]
+    """The Docker-syntax rules (envbuild's, the `.dockerignore`'s, `[project] ignore`)."""
+
+    def summary(self) -> str:
+        """One line: "left out of /app: 3 files, 212 MiB (data/*.bin; ...)"; "" for none."""
+        return left_out_line(self.left_out)
+
+
+def survey(folder: Path, user_rules: Sequence[str], *, image_dir: Path | None = None) -> Survey:
+    """Walk the project folder once and decide every path (nothing is read but ignore files).
+    Symlinks to files inside the folder are taken as files; any other symlink is refused (it
+    could reach outside the repository)."""
+    root = folder.resolve()
+    own = root / ".dockerignore"
+    own_text = (
+        read_input(own, what=".dockerignore").decode("utf-8", "replace") if own.is_file() else None
+    )
+    rules = ignore_rules(user_rules, own_text)
+    first = _docker_layer("envbuild's defaults", DEFAULT_IGNORE)
+    last = [
+        _docker_layer(".dockerignore", _rule_lines(own_text or ""), explicit=True),
+        _docker_layer("[project] ignore", user_rules, explicit=True),
+        _docker_layer("the image folder's own files", _own_files(root, image_dir)),
+    ]
+    # An ignored folder is skipped whole unless a Docker `!` rule could re-include under it
+    # (git's rules cannot re-include a file whose folder is ignored).
+    negations = [rule for layer in last for rule in layer.negations()]
+    walk = _Walk(root=root, layers=[first], last=last, negations=negations)
+    for dirpath, dirnames, filenames in os.walk(root):
+        walk.folder(Path(dirpath), dirnames, filenames)
+    return Survey(
+        kept=dict(sorted(walk.kept.items())),
+        left_out=tuple(sorted(walk.left, key=lambda e: e.path)),
+        rules=rules,
+    )
+
+
+@dataclass
+class _Walk:
+    root: Path
+    layers: list[_Layer]
+    """envbuild's defaults, then the `.gitignore` files met so far (parents first)."""
+    last: list[_Layer]
+    negations: list[str]
+    kept: dict[str, Path] = field(default_factory=dict)
+    left: list[LeftOut] = field(default_factory=list)
+
+    def decide(self, rel: str, is_dir: bool) -> tuple[bool, _Layer | None, str]:
+        """(ignored, the layer that decided, its pattern): the last layer that matches wins."""
+        out: tuple[bool, _Layer | None, str] = (False, None, "")
+        for layer in (*self.layers, *self.last):
+            found = layer.check(rel, is_dir)
+            if found is not None:
+                out = (found[0], layer, found[1])
+        return out
+
+    def folder(self, here: Path, dirnames: list[str], filenames: list[str]) -> None:
+        rel_dir = here.relative_to(self.root).as_posix()
+        base = "" if rel_dir == "." else rel_dir
+        gitignore = here / ".gitignore"
+        if ".gitignore" in filenames and gitignore.is_file() and not gitignore.is_symlink():
+            self.layers.append(_git_layer(gitignore, base))
+        keep_dirs = []
+        for name in sorted(dirnames):
+            rel = f"{base}/{name}" if base else name
+            ignored, layer, pattern = self.decide(rel, is_dir=True)
+            if (here / name).is_symlink():
+                if not ignored:
+                    _refuse_link(here / name, rel, self.root)
+                continue
+            if ignored and not any(_reaches(rule, rel) for rule in self.negations):
+                self.left.append(LeftOut(rel + "/", _why(layer, pattern)))
+                continue
+            keep_dirs.append(name)
+        dirnames[:] = keep_dirs
+        for name in sorted(filenames):
+            self.file(here / name, f"{base}/{name}" if base else name)
+
+    def file(self, path: Path, rel: str) -> None:
+        ignored, layer, pattern = self.decide(rel, is_dir=False)
+        if ignored:
+            self.left.append(LeftOut(rel, _why(layer, pattern), _size(path)))
+            return
+        if path.is_symlink():
+            path = _refuse_link(path, rel, self.root)
+        if not path.is_file():  # sockets, FIFOs: nothing to copy
+            return
+        size = path.stat().st_size
+        named = layer is not None and layer.explicit  # a `!` rule of the user's names it
+        if size > MAX_FILE_BYTES and not named:
+            self.left.append(LeftOut(rel, OVER_SIZE, size))
+            return
+        self.kept[rel] = path
+
+
+def _why(layer: _Layer | None, pattern: str) -> str:
+    return f"{layer.source}: {pattern}" if layer is not None else ""
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.lstat().st_size
+    except OSError:
+        return 0
+
+
+def _shape(entry: LeftOut) -> str:
+    """How the one-line report groups an entry: a folder by its name, a file by its folder and
+    extension (`data/*.bin`), with the size limit when that is why."""
+    if entry.size is None:
+        return entry.path.rstrip("/").rsplit("/", 1)[-1] + "/"
+    folder, _, name = entry.path.rpartition("/")
+    suffix = PurePosixPath(name).suffix
+    shape = (f"{folder}/" if folder else "") + (f"*{suffix}" if suffix else name)
+    return f"{shape} {OVER_SIZE}" if entry.why == OVER_SIZE else shape
+
+
+def left_out_line(entries: Sequence[LeftOut], shown: int = 5) -> str:
+    """ "left out of /app: 3 files, 212 MiB, 1 folder (data/*.bin over 10 MiB; .git/)"; ""
+    when nothing was left out. A group of one file is named by its path."""
+    if not entries:
+        return ""
+    groups: dict[str, list[LeftOut]] = {}
+    for entry in entries:
+        groups.setdefault(_shape(entry), []).append(entry)
+    named = {}
+    for shape, members in groups.items():
+        one = members[0]
+        label = shape
+        if len(members) == 1 and one.size is not None:
+            label = one.path + (f" {OVER_SIZE}" if one.why == OVER_SIZE else "")
+        named[label] = (one.size is None, -sum(e.size or 0 for e in members))
+    # Files first (largest first), then folders, each by name.
+    order = sorted(named, key=lambda k: (*named[k], k))
+    more = len(order) - shown
+    names = "; ".join(order[:shown]) + (f"; {more} more" if more > 0 else "")
+    files = [e for e in entries if e.size is not None]
+    folders = len(entries) - len(files)
+    counts = f"{_count(len(files), 'file')}, {_mib(sum(e.size or 0 for e in files))}"
+    if folders:
+        counts += f", {_count(folders, 'folder')}"
+    return f"left out of {PROJECT_DIR}: {counts} ({names})"
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:.0f} MiB" if size >= 2**20 else f"{size / 1024:.0f} KiB"
+
+
+# The characters a .dockerignore pattern gives a meaning to (Go's filepath.Match, and a
+# leading `#` or `!`): escaped, so each line names exactly one path.
+_GLOB = re.compile(r"([\\*?\[\]])")
+
+
+def dockerignore_text(entries: Sequence[LeftOut], prefix: str = CONTEXT_DIR) -> str:
+    """The `.dockerignore` of a build context whose project files are under `prefix/`: what
+    was left out, one path a line (a name with a line break cannot be written: skipped)."""
+    lines = [
+        "# Generated by envbuild: what was left out of the project's files under "
+        f"{prefix}/ (envbuild's defaults, .gitignore, .dockerignore, [project] ignore, size)."
+    ]
+    for entry in entries:
+        if "\n" in entry.path or "\r" in entry.path:
+            continue
+        lines.append(f"{prefix}/" + _GLOB.sub(r"\\\1", entry.path.rstrip("/")))
     return "\n".join(lines) + "\n"
 
 
@@ -174,59 +450,29 @@ class SourceFiles:
     files: dict[str, bytes]
     """Path relative to the project folder (POSIX) -> bytes, sorted."""
     rules: tuple[str, ...]
+    left_out: tuple[LeftOut, ...] = ()
 
 
-def collect(folder: Path, user_rules: Sequence[str]) -> SourceFiles:
-    """The project's files that the rules keep. Symlinks to files inside the folder are taken
-    as files; any other symlink is refused (it could reach outside the repository)."""
-    import pathspec
-
-    own = folder / ".dockerignore"
-    own_text = (
-        read_input(own, what=".dockerignore").decode("utf-8", "replace") if own.is_file() else None
-    )
-    rules = ignore_rules(user_rules, own_text)
-    spec = pathspec.GitIgnoreSpec.from_lines([_anchored(r) for r in rules])
-    # A folder that is ignored is skipped whole unless a `!` rule could re-include under it.
-    prune = not any(r.startswith("!") for r in rules)
-    root = folder.resolve()
-    kept: dict[str, Path] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        here = Path(dirpath)
-        rel_dir = here.relative_to(root).as_posix()
-        keep_dirs = []
-        for name in sorted(dirnames):
-            rel = name if rel_dir == "." else f"{rel_dir}/{name}"
-            if (here / name).is_symlink():
-                if not spec.match_file(rel):
-                    _refuse_link(here / name, rel, root)
-                continue
-            if prune and spec.match_file(rel + "/"):
-                continue
-            keep_dirs.append(name)
-        dirnames[:] = keep_dirs
-        for name in sorted(filenames):
-            rel = name if rel_dir == "." else f"{rel_dir}/{name}"
-            if spec.match_file(rel):
-                continue
-            path = here / name
-            if path.is_symlink():
-                path = _refuse_link(path, rel, root)
-            if path.is_file():  # sockets, FIFOs: nothing to copy
-                kept[rel] = path
-    sizes = {rel: path.stat().st_size for rel, path in kept.items()}
+def collect(
+    folder: Path, user_rules: Sequence[str], *, image_dir: Path | None = None
+) -> SourceFiles:
+    """The project's files that the rules keep, read (`survey` decides which)."""
+    found = survey(folder, user_rules, image_dir=image_dir)
+    sizes = {rel: path.stat().st_size for rel, path in found.kept.items()}
     if sum(sizes.values()) > MAX_BYTES:  # before reading any of it
         _too_large(sizes)
     out = {
-        rel: read_input(path, what="project file", limit=MAX_BYTES) for rel, path in kept.items()
+        rel: read_input(path, what="project file", limit=MAX_BYTES)
+        for rel, path in found.kept.items()
     }
     if not out:
         raise UserError(
             f"the project folder {folder} has no files left after the ignore rules",
-            hint="check [project] path and [project] ignore (and the folder's .dockerignore)",
+            hint="check [project] path and [project] ignore (and the folder's .gitignore and "
+            ".dockerignore)",
             fields={"path": str(folder)},
         )
-    return SourceFiles(files=dict(sorted(out.items())), rules=rules)
+    return SourceFiles(files=out, rules=found.rules, left_out=found.left_out)
 
 
 def _refuse_link(link: Path, rel: str, root: Path) -> Path:
@@ -255,11 +501,8 @@ def _too_large(sizes: dict[str, int]) -> None:
     )
 
 
-def context_files(project: ProjectSettings | None, image_dir: Path) -> dict[str, bytes]:
-    """The project's files under `project/` in a build context, and its `.dockerignore`
-    (nothing without a project)."""
-    if project is None:
-        return {}
+def project_folder(project: ProjectSettings, image_dir: Path) -> Path:
+    """The folder of `[project] path`, inside the repository (RequestError otherwise)."""
     where = request_file(image_dir)
     folder = inside_repo(image_dir, project.path, what="[project] path", where=where)
     if not folder.is_dir():
@@ -268,7 +511,24 @@ def context_files(project: ProjectSettings | None, image_dir: Path) -> dict[str,
             hint="name the folder that holds the project's code, relative to the image folder",
             fields={"path": project.path},
         )
-    source = collect(folder, project.ignore)
+    return folder
+
+
+def project_survey(project: ProjectSettings | None, image_dir: Path) -> Survey | None:
+    """What goes into /app and what is left out (nothing read); None without a project."""
+    if project is None:
+        return None
+    folder = project_folder(project, image_dir)
+    return survey(folder, project.ignore, image_dir=image_dir)
+
+
+def context_files(project: ProjectSettings | None, image_dir: Path) -> dict[str, bytes]:
+    """The project's files under `project/` in a build context, and a `.dockerignore` that
+    lists what was left out (nothing without a project)."""
+    if project is None:
+        return {}
+    folder = project_folder(project, image_dir)
+    source = collect(folder, project.ignore, image_dir=image_dir)
     files = {f"{CONTEXT_DIR}/{rel}": data for rel, data in source.files.items()}
-    files[".dockerignore"] = dockerignore_text(source.rules).encode("utf-8")
+    files[".dockerignore"] = dockerignore_text(source.left_out).encode("utf-8")
     return files

@@ -9,6 +9,7 @@ the tail of its output) goes into the `envbuild.smoke.report` label and `image -
 from __future__ import annotations
 
 import dataclasses
+import re
 import shlex
 from collections.abc import Sequence
 from typing import Any
@@ -25,9 +26,20 @@ def _tail(text: str, n: int = TAIL_LINES) -> list[str]:
     return [line for line in text.splitlines() if line.strip()][-n:]
 
 
+# What a failed write prints: OSError's strerror (Python), its class name, the errno name (C).
+_PERMISSION = re.compile(r"Permission denied|PermissionError|EACCES")
+PERMISSION_HINT = (
+    "it could not write a file (Permission denied): the image runs as uid 1000, which owns "
+    "/app (the working directory, where the project's code is) and may write /tmp and a "
+    "mounted volume; write checkpoints and logs there (a relative path lands in /app), not "
+    "under /opt/venv or /"
+)
+
+
 def record(command: Sequence[str], result: RunResult) -> dict[str, Any]:
-    """What the report keeps of one run of the command."""
-    return {
+    """What the report keeps of one run of the command; a failed run that could not write a
+    file also keeps a `hint` that says where the runtime user may write."""
+    done: dict[str, Any] = {
         "command": list(command),
         "ok": result.exit_code == 0 and not result.timed_out,
         "exit_code": result.exit_code,
@@ -36,6 +48,9 @@ def record(command: Sequence[str], result: RunResult) -> dict[str, Any]:
         "stdout_tail": _tail(result.stdout),
         "stderr_tail": _tail(result.stderr),
     }
+    if not done["ok"] and any(_PERMISSION.search(line) for line in done["stderr_tail"]):
+        done["hint"] = PERMISSION_HINT
+    return done
 
 
 def run_command(
@@ -74,6 +89,9 @@ def run_command(
     else:
         why = f"exited {result.exit_code} after {result.duration_s:.1f} s"
         hint = f"read its output above (stdout_tail/stderr_tail in --json); {keep_note}"
+        if "hint" in done:
+            why += ": " + done["hint"]
+            hint = f"write to /app, /tmp or a mounted volume; {keep_note}"
     raise SmokeFailed(
         f"the project's smoke command `{shown}` of {name} {why}; no tag was written",
         hint=hint,

@@ -39,8 +39,8 @@ ENV PIP_CONSTRAINT=/opt/envbuild/constraints.txt
 COPY payload/ /opt/envbuild/payload/
 COPY plan.json envbuild.lock /opt/envbuild/
 
-# The project's code (small, changes most often: the last layers).
-COPY project/ /app/
+# The project's code (small, changes most often: the last layers), writable by the runtime user.
+COPY --chown=1000:1000 project/ /app/
 
 # Non-root final user envbuild with uid/gid 1000 (Ubuntu 24.04 images ship `ubuntu` with
 # that uid: it is replaced). USER is numeric so Kubernetes runAsNonRoot can verify it.

@@ -17,6 +17,7 @@ from envbuild.engine.protocol import RunResult, RunSpec
 from envbuild.render.dockerfile import RenderOptions, build_context, render_dockerfile
 from envbuild.request import sourcetree
 from envbuild.request.project import template_values
+from envbuild.smoke.project_step import PERMISSION_HINT, record
 from tests.golden import fixtures
 from tests.unit.test_build import OK_RUN, FakeEngine, make_job, passing
 from tests.unit.test_lockfile import demo_matrix
@@ -51,21 +52,38 @@ PROJECT = {
 def test_collect_keeps_code_and_drops_vcs_venvs_caches_data_and_secrets(tmp_path: Path) -> None:
     source = sourcetree.collect(tree(tmp_path, PROJECT), ["!data/vocab.txt"])
     assert list(source.files) == [
-        "data/vocab.txt",  # re-included by the user's rule (the last matching rule wins)
+        "data/train.csv",  # a small file in data/ is the project's (it may be code's input)
+        "data/vocab.txt",
         "pyproject.toml",
         "src/x/__init__.py",
         "src/x/data/__init__.py",
     ]
     assert source.rules[-2:] == ("notebooks", "!data/vocab.txt")
+    assert [(e.path, e.why) for e in source.left_out] == [
+        (".dockerignore", "envbuild's defaults: .dockerignore"),
+        (".git/", "envbuild's defaults: **/.git"),
+        (".venv/", "envbuild's defaults: **/.venv"),
+        ("envbuild.lock", "the image folder's own files: envbuild.lock"),
+        ("envbuild.toml", "the image folder's own files: envbuild.toml"),
+        ("model.safetensors", "envbuild's defaults: **/*.safetensors"),
+        ("notebooks/", ".dockerignore: notebooks"),
+        ("src/x/__pycache__/", "envbuild's defaults: **/__pycache__"),
+        ("sub/.env", "envbuild's defaults: **/.env"),
+    ]
 
 
-def test_dockerignore_is_prefixed_with_the_context_folder() -> None:
-    text = sourcetree.dockerignore_text(["data", "**/*.ckpt", "!data/vocab.txt", "/build/"])
+def test_dockerignore_lists_what_was_left_out_under_the_context_folder() -> None:
+    entries = [
+        sourcetree.LeftOut(".git/", "envbuild's defaults: .git"),
+        sourcetree.LeftOut("data/train.bin", "over 10 MiB", 11 << 20),
+        sourcetree.LeftOut("odd[1]*.bin", "envbuild's defaults: **/*.bin", 3),
+        sourcetree.LeftOut("two\nlines", ".gitignore: two*", 1),
+    ]
+    text = sourcetree.dockerignore_text(entries)
     assert text.splitlines()[1:] == [
-        "project/data",
-        "project/**/*.ckpt",
-        "!project/data/vocab.txt",
-        "project/build",
+        "project/.git",
+        "project/data/train.bin",
+        "project/odd\\[1\\]\\*.bin",  # one path, not a pattern
     ]
 
 
@@ -87,11 +105,11 @@ def test_symlinks_inside_are_files_outside_are_refused(tmp_path: Path) -> None:
 def test_large_or_empty_projects_are_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    project = tree(tmp_path, {"a.bin": "x" * 3000, "b.py": "y" * 10})
+    project = tree(tmp_path, {"a.dat": "x" * 3000, "b.py": "y" * 10})
     monkeypatch.setattr(sourcetree, "MAX_BYTES", 2048)
     with pytest.raises(UserError) as info:
         sourcetree.collect(project, [])
-    assert "the largest: a.bin (0 MB), b.py (0 MB)" in info.value.message
+    assert "the largest: a.dat (0 MB), b.py (0 MB)" in info.value.message
     assert info.value.hint.startswith("add data, checkpoints and other large files")
     with pytest.raises(UserError) as info:
         sourcetree.collect(project, ["*"])
@@ -129,7 +147,7 @@ def test_without_git_the_refusal_says_why_the_image_folder_is_the_boundary(
     assert "git init" in info.value.hint
 
 
-def test_build_context_holds_the_project_and_its_dockerignore(tmp_path: Path) -> None:
+def test_build_context_holds_the_project_owned_by_the_runtime_user(tmp_path: Path) -> None:
     image = tree(tmp_path / "images" / "demo", PROJECT)
     lock = dataclasses.replace(
         fixtures.cpu_lock(), project=ProjectSettings(path=".", ignore=("data",))
@@ -143,22 +161,26 @@ def test_build_context_holds_the_project_and_its_dockerignore(tmp_path: Path) ->
         "project/src/x/data/__init__.py",
     ]
     ignore = files[".dockerignore"].decode().splitlines()
-    assert ignore[-2:] == ["project/notebooks", "project/data"]
+    assert "project/data" in ignore and "project/notebooks" in ignore
+    assert "project/pyproject.toml" not in ignore
     dockerfile = files["Dockerfile"].decode()
     # The code comes after the locked requirements and the payload: a code change rebuilds
-    # only the layers from here on.
+    # only the layers from here on. It belongs to uid 1000 (numeric: the user is made later),
+    # so a script can write checkpoints and logs into /app, its working directory.
     order = [
         dockerfile.index("-r /opt/envbuild/requirements.lock"),
         dockerfile.index("COPY payload/"),
-        dockerfile.index("COPY project/ /app/"),
+        dockerfile.index("COPY --chown=1000:1000 project/ /app/\n"),
         dockerfile.index(
             "RUN python -m pip install --no-cache-dir --no-deps --no-build-isolation "
             "--no-index /app"
         ),
+        dockerfile.index("useradd --create-home --uid 1000"),
         dockerfile.index("USER 1000:1000"),
         dockerfile.index('WORKDIR /app\nCMD ["python"]'),
     ]
     assert order == sorted(order)
+    assert "COPY project/" not in dockerfile
 
 
 def test_edited_lock_values_are_refused_before_rendering() -> None:
@@ -248,6 +270,27 @@ def test_failing_smoke_command_tags_nothing_and_removes_the_candidate(
     assert err.fields["smoke_command"]["stderr_tail"] == result.stderr.splitlines()
     assert not engine.tags
     assert "remove_image" in engine.names()
+
+
+def test_a_permission_failure_says_where_the_runtime_user_may_write() -> None:
+    denied = RunResult(
+        1,
+        "step 1\n",
+        "Traceback\nPermissionError: [Errno 13] Permission denied: '/opt/venv/ckpt.pt'\n",
+        duration_s=1.0,
+    )
+    with pytest.raises(SmokeFailed) as info:
+        build_and_verify(
+            TwoRuns(denied), make_job(smoke_command=COMMAND), judge=passing, progress=print
+        )
+    err = info.value
+    assert "exited 1 after 1.0 s: it could not write a file (Permission denied)" in err.message
+    assert "uid 1000, which owns /app" in err.message
+    assert err.hint.startswith("write to /app, /tmp or a mounted volume; rerun with --keep-failed")
+    assert err.fields["smoke_command"]["hint"] == PERMISSION_HINT
+    # Any other failure keeps the plain record.
+    assert "hint" not in record(COMMAND, RunResult(1, "", "ValueError: boom\n"))
+    assert "hint" not in record(COMMAND, RunResult(0, "", "Permission denied (ignored)\n"))
 
 
 def test_no_smoke_command_runs_the_payload_only() -> None:

@@ -122,6 +122,9 @@ def _emit_json(outcome: LockOutcome) -> None:
             "warnings": list(outcome.warnings),
             "tool": outcome.tool or None,
             "built_from_source": _built_from_source(outcome.lock),
+            "left_out": None
+            if outcome.left_out is None
+            else [entry.to_json() for entry in outcome.left_out],
         }
     )
 
@@ -144,6 +147,10 @@ def _print(outcome: LockOutcome) -> None:
     console.line(
         f"  base: {stack.base_image.ref}" + ("" if outcome.lock.base_digest else " (unpinned)")
     )
+    if outcome.left_out:
+        from envbuild.request.sourcetree import left_out_line
+
+        console.line("  " + left_out_line(outcome.left_out))
     for source in _built_from_source(outcome.lock):
         console.line(
             f"  from source: {source['name']} {source['version']} (no wheel fits; sdist "

@@ -48,7 +48,7 @@ from envbuild.render.dockerfile import BuildInputs
     "--json",
     "as_json",
     is_flag=True,
-    help='One JSON object on stdout ("ok", "dockerfile", "output", "context", ...).',
+    help='One JSON object on stdout ("ok", "dockerfile", "output", "context", "left_out", ...).',
 )
 def command(
     image_dir: Path,
@@ -74,6 +74,9 @@ def command(
                 "output": None if result.output is None else str(result.output),
                 "context": None if result.context is None else str(result.context),
                 "context_files": result.context_files,
+                "left_out": None
+                if result.left_out is None
+                else [entry.to_json() for entry in result.left_out],
             }
         )
         return
@@ -83,3 +86,7 @@ def command(
         click.echo(f"wrote {result.output}", err=True)
     if result.context is not None:
         click.echo(f"wrote {result.context} ({result.context_files} files)", err=True)
+    if result.left_out:
+        from envbuild.request.sourcetree import left_out_line
+
+        click.echo(left_out_line(result.left_out), err=True)
