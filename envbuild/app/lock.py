@@ -173,7 +173,7 @@ def lock_image(
     sourced = _pin_with_project(stack, matrix, request, with_installer, project, signalling)
     requested = source_lock.as_requested(sourced.result, request.indexes.find_links, pin.find_links)
     pinned, installed_by = split_installer(requested, request)
-    warnings += sourced.notes
+    warnings += [*(project.notes if project is not None else ()), *sourced.notes]
     check_pins_installable(pinned.packages)
     check_framework_source(stack, pinned.packages)
     # The framework's own wheel metadata is authoritative for the CUDA libraries it ships.

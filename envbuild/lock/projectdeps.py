@@ -23,22 +23,24 @@ import os
 import re
 import subprocess
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from packaging.markers import Marker
-from packaging.requirements import InvalidRequirement, Requirement
+from packaging.requirements import Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 
 from envbuild.core.errors import PinError, RequestError, UnsatisfiableError
 from envbuild.core.fsio import read_input
 from envbuild.core.models import ProjectSettings, Request
+from envbuild.lock import ownproject, uvenv
 from envbuild.lock import pins as pydeps
-from envbuild.lock import uvenv
+from envbuild.lock.projectread import Line, Reader
+from envbuild.lock.projectread import requirement as _requirement
 from envbuild.request.project import PYPROJECT, file_kind
-from envbuild.request.sourcetree import file_sha256, inside_repo, request_file
+from envbuild.request.sourcetree import file_sha256, inside_repo
 
 # pip's requirements-file options that name another file; everything else that starts with
 # "-" is refused (index options belong in [indexes], so one request locks from one place).
@@ -58,16 +60,15 @@ _INDEX_OPTIONS = (
 )
 _HASH_OPTION = re.compile(r"\s--hash[=\s]\S+")
 _COMMENT = re.compile(r"(^|\s+)#.*$")
-SETUPTOOLS_FALLBACK = "setuptools>=40.8.0"
-"""The build requirement of a project without [build-system] (PEP 518, "Build-system table")."""
-
-
-@dataclass(frozen=True)
-class Line:
-    """One requirement and where it was written ("requirements.txt line 3")."""
-
-    text: str
-    origin: str
+SETUPTOOLS_FALLBACK = ("setuptools>=40.8.0", "wheel")
+"""The build requirements of a project without [build-system] (PEP 518, "Build-system table"),
+as pip falls back to them; `wheel` too, for a setuptools older than 70.1 (no bdist_wheel of
+its own), which the image's install (`--no-build-isolation --no-index`) cannot fetch."""
+# A local version label of a framework index's build ("+cu128", "+cpu", "+rocm6.4", "+xpu"):
+# PyPI has the same release without it, and `==2.9.1` matches either build (PEP 440).
+_VARIANT_LABEL = re.compile(
+    r"(==\s*[0-9][0-9A-Za-z.!*_-]*)\+(?:cu\d+|cpu|rocm\d[\d.]*|xpu)(?=[\s,;)]|$)"
+)
 
 
 @dataclass(frozen=True)
@@ -82,30 +83,13 @@ class ProjectInputs:
     """The uv.lock whose pins are kept, as the request names it."""
     requires_python: tuple[Line, ...] = ()
     """The project's `requires-python` ("pyproject.toml", ">=3.11")."""
+    notes: tuple[str, ...] = ()
+    """What `lock` prints about lines it changed or dropped (the project's own name, a
+    framework index's local label)."""
 
     @property
     def lines(self) -> tuple[str, ...]:
         return tuple(line.text for line in self.requirements)
-
-
-@dataclass
-class _Reader:
-    image_dir: Path
-    export: bool
-    runner: pydeps.Runner | None = None
-    requirements: list[Line] = field(default_factory=list)
-    constraints: list[Line] = field(default_factory=list)
-    files: dict[str, str] = field(default_factory=dict)
-    requires_python: list[Line] = field(default_factory=list)
-    seen: set[Path] = field(default_factory=set)
-
-    @property
-    def where(self) -> str:
-        """The request file, which names the files read here."""
-        return request_file(self.image_dir)
-
-    def name(self, path: Path) -> str:
-        return Path(os.path.relpath(path, self.image_dir.resolve())).as_posix()
 
 
 def input_files(image_dir: Path, request: Request) -> tuple[tuple[str, str], ...]:
@@ -125,15 +109,24 @@ def read(
 def _read(
     image_dir: Path, request: Request, *, export: bool, runner: pydeps.Runner | None = None
 ) -> ProjectInputs:
-    reader = _Reader(image_dir, export, runner)
+    reader = Reader(image_dir, export, runner, read_pyproject=_pyproject, read_toml=_toml)
+    reader.framework = canonicalize_name(Requirement(request.framework).name)
     deps = request.dependency_files
-    uv_lock = None
+    paths = []
     for rel in deps.files:
         path = inside_repo(image_dir, rel, what="[packages] files entry", where=reader.where)
         _need_file(path, rel, reader.where)
+        paths.append((rel, path))
+    ownproject.find_own(reader, request, paths)
+    uv_lock = None
+    for rel, path in paths:
         kind = file_kind(rel)
         if kind == "pyproject":
+            reader.own_read.add(path.parent.resolve())
             _pyproject(reader, path, deps.extras, deps.groups)
+        elif kind == "setup.py":
+            reader.own_read.add(path.parent.resolve())
+            ownproject.setup_py(reader, path, deps.extras)
         elif kind == "uv.lock":
             uv_lock = rel
             _uv_lock(reader, path, deps.extras, deps.groups)
@@ -142,11 +135,12 @@ def _read(
     if request.project is not None and request.project.install:
         _build_requirements(reader, request.project)
     return ProjectInputs(
-        requirements=tuple(reader.requirements),
+        requirements=tuple(ownproject.without_build_companions(reader)),
         constraints=tuple(reader.constraints),
         files=tuple(sorted(reader.files.items())),
         uv_lock=uv_lock,
         requires_python=tuple(reader.requires_python),
+        notes=tuple(reader.notes),
     )
 
 
@@ -158,28 +152,6 @@ def _need_file(path: Path, rel: str, where: str) -> None:
             "the image folder",
             fields={"path": rel},
         )
-
-
-def _requirement(text: str, origin: str) -> Requirement:
-    try:
-        req = Requirement(text)
-    except InvalidRequirement as exc:
-        raise RequestError(
-            f"{origin}: {text!r} is not a valid requirement ({str(exc).splitlines()[0]})",
-            hint="fix the line: a PEP 508 requirement such as numpy<3",
-            fields={"origin": origin},
-        ) from None
-    if req.url is not None and not req.url.startswith(("https://", "http://", "file://")):
-        raise RequestError(
-            f"{origin}: {text!r} points at {req.url!r}: only http(s):// and file:// wheels can "
-            "be locked with hashes",
-            hint="depend on a released version instead, or on an https:// URL of a wheel",
-            fields={"origin": origin},
-        )
-    return req
-
-
-# --- pyproject.toml ----------------------------------------------------------------------------
 
 
 def _toml(path: Path, what: str) -> dict[str, Any]:
@@ -222,7 +194,7 @@ class _Project:
     table: Mapping[str, Any]
 
 
-def _pyproject(reader: _Reader, path: Path, extras: Sequence[str], groups: Sequence[str]) -> None:
+def _pyproject(reader: Reader, path: Path, extras: Sequence[str], groups: Sequence[str]) -> None:
     rel = reader.name(path)
     data = _toml(path, "the pyproject.toml")
     reader.files[rel] = pyproject_digest(data)
@@ -265,7 +237,7 @@ def _strings(value: Any, where: str) -> list[str]:
 
 
 def _add_line(
-    reader: _Reader, project: _Project, text: str, origin: str, expanding: set[str]
+    reader: Reader, project: _Project, text: str, origin: str, expanding: set[str]
 ) -> None:
     """A dependency line; `name[extra]` (the project itself) expands to that extra's lines."""
     req = _requirement(text, origin)
@@ -276,7 +248,7 @@ def _add_line(
     reader.requirements.append(Line(text, origin))
 
 
-def _add_extra(reader: _Reader, project: _Project, extra: str, expanding: set[str]) -> None:
+def _add_extra(reader: Reader, project: _Project, extra: str, expanding: set[str]) -> None:
     table = project.table.get("optional-dependencies") or {}
     by_name = {canonicalize_name(k): k for k in table}
     key = by_name.get(canonicalize_name(extra))
@@ -327,7 +299,7 @@ def _group(
     return out
 
 
-def _build_requirements(reader: _Reader, project: ProjectSettings) -> None:
+def _build_requirements(reader: Reader, project: ProjectSettings) -> None:
     """The build backend of a project that is installed: `pip install --no-deps
     --no-build-isolation` takes it from the image, so it is locked like everything else."""
     folder = inside_repo(reader.image_dir, project.path, what="[project] path", where=reader.where)
@@ -336,6 +308,7 @@ def _build_requirements(reader: _Reader, project: ProjectSettings) -> None:
     if pyproject.is_file():
         data = _toml(pyproject, "the pyproject.toml")
         reader.files[rel] = pyproject_digest(data)
+        ownproject.check_discovery(reader, project, folder, data)
         build = data.get("build-system")
         if isinstance(build, dict) and "requires" in build:
             where = f"{rel} [build-system] requires"
@@ -343,7 +316,9 @@ def _build_requirements(reader: _Reader, project: ProjectSettings) -> None:
                 _requirement(text, where)
                 reader.requirements.append(Line(text, where))
             return
-    elif not (folder / "setup.py").is_file():
+    elif (folder / "setup.py").is_file():
+        ownproject.check_discovery(reader, project, folder, None)
+    else:
         raise RequestError(
             f"{reader.where}: [project] install = true, but {reader.name(folder)} has no "
             "pyproject.toml or setup.py to install",
@@ -351,7 +326,8 @@ def _build_requirements(reader: _Reader, project: ProjectSettings) -> None:
             "[project] path at the folder with the pyproject.toml",
             fields={"path": project.path},
         )
-    reader.requirements.append(Line(SETUPTOOLS_FALLBACK, f"{rel} (no [build-system])"))
+    for text in SETUPTOOLS_FALLBACK:
+        reader.requirements.append(Line(text, f"{rel} (no [build-system])"))
 
 
 # --- requirements files ------------------------------------------------------------------------
@@ -374,7 +350,7 @@ def _logical_lines(text: str) -> list[tuple[int, str]]:
     return out
 
 
-def _requirements_file(reader: _Reader, path: Path, *, constraint: bool) -> None:
+def _requirements_file(reader: Reader, path: Path, *, constraint: bool) -> None:
     rel = reader.name(path)
     if path in reader.seen:
         return
@@ -402,11 +378,16 @@ def _requirements_file(reader: _Reader, path: Path, *, constraint: bool) -> None
                 reader, nested, constraint=constraint or option in ("-c", "--constraint")
             )
             continue
+        if ownproject.own_path_line(reader, path, line, origin):
+            continue
         if line.startswith("-"):
             _refuse_option(line, origin)
         line = _HASH_OPTION.sub("", " " + line).strip()  # the lock takes its own hashes
-        _requirement(line, origin)
-        (reader.constraints if constraint else reader.requirements).append(Line(line, origin))
+        req = _requirement(line, origin)
+        if not constraint and ownproject.own_requirement(reader, req, line, origin):
+            continue
+        line = public_pin(reader, line, rel, origin)
+        (reader.constraints if constraint else reader.requirements).append(Line(line, origin, rel))
 
 
 def _refuse_option(line: str, origin: str) -> None:
@@ -464,7 +445,7 @@ def uv_export_argv(
     return argv
 
 
-def _uv_lock(reader: _Reader, path: Path, extras: Sequence[str], groups: Sequence[str]) -> None:
+def _uv_lock(reader: Reader, path: Path, extras: Sequence[str], groups: Sequence[str]) -> None:
     rel = reader.name(path)
     reader.files[rel] = file_sha256(path)
     if not (path.parent / PYPROJECT).is_file():
@@ -501,7 +482,23 @@ def _uv_lock(reader: _Reader, path: Path, extras: Sequence[str], groups: Sequenc
                 fields={"origin": origin},
             )
         _requirement(line, origin)
-        reader.requirements.append(Line(line, f"{rel}"))
+        reader.requirements.append(Line(public_pin(reader, line, rel, rel), rel, rel))
+
+
+def public_pin(reader: Reader, text: str, rel: str, origin: str) -> str:
+    """`torch==2.9.1+cu128` (a pin from a framework index) as `torch==2.9.1`: the same
+    release, whichever index the stack's build comes from; a different release still
+    conflicts with the stack (`narrowed_framework`)."""
+    public = _VARIANT_LABEL.sub(r"\1", text)
+    if public != text:
+        name = canonicalize_name(Requirement(text).name)
+        if name == reader.framework:
+            reader.relabelled.add(rel)
+        reader.notes.append(
+            f"{origin}: {text} is locked as {public} (the local label names a build of a "
+            "framework index; the stack's build of that release is installed)"
+        )
+    return public
 
 
 # --- the framework and Python the project asks for ---------------------------------------------

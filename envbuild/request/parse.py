@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -109,8 +109,15 @@ _FRAMEWORK_RE = re.compile(
 )
 
 
-def parse_request(data: bytes, *, path: str, default_name: str = "") -> Request:
-    """Parse the bytes of an `envbuild.toml` strictly (pure)."""
+def parse_request(
+    data: bytes,
+    *,
+    path: str,
+    default_name: str = "",
+    installable: Callable[[str], bool] | None = None,
+) -> Request:
+    """Parse the bytes of an `envbuild.toml` strictly (pure; `installable`: see
+    `envbuild.request.project.project_table`)."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -123,7 +130,7 @@ def parse_request(data: bytes, *, path: str, default_name: str = "") -> Request:
         ) from None
     text = text.removeprefix("\ufeff")
     doc = _parse_toml(text, path=path)
-    return request_from_mapping(doc, path=path, default_name=default_name)
+    return request_from_mapping(doc, path=path, default_name=default_name, installable=installable)
 
 
 def toml_loads(text: str) -> dict[str, Any]:
@@ -151,7 +158,13 @@ def _parse_toml(text: str, *, path: str) -> dict[str, Any]:
         ) from None
 
 
-def request_from_mapping(doc: Mapping[str, Any], *, path: str, default_name: str = "") -> Request:
+def request_from_mapping(
+    doc: Mapping[str, Any],
+    *,
+    path: str,
+    default_name: str = "",
+    installable: Callable[[str], bool] | None = None,
+) -> Request:
     """Validate a parsed request table (pure): the TOML shape and types here, then the rules
     every request obeys (`check_request`, shared with `resolve`'s flags)."""
     from envbuild.request import project  # its key parsers use this module's helpers
@@ -163,7 +176,7 @@ def request_from_mapping(doc: Mapping[str, Any], *, path: str, default_name: str
         cuda=cuda,
         packages=_packages_table(doc.get("packages", {}), path, framework),
         dependency_files=project.dependency_files(doc.get("packages", {}), path),
-        project=project.project_table(doc.get("project"), path),
+        project=project.project_table(doc.get("project"), path, installable),
         indexes=_indexes_table(doc.get("indexes", {}), path),
         smoke=_smoke_table(doc.get("smoke", {}), path),
         **_image_table(doc.get("image", {}), path, default_name),
@@ -642,7 +655,22 @@ def load_request(image_dir: Path) -> Request:
             "(see docs/request.md)",
             fields={"file": str(path)},
         ) from None
-    return parse_request(data, path=str(path), default_name=_default_name(image_dir))
+    return parse_request(
+        data,
+        path=str(path),
+        default_name=_default_name(image_dir),
+        installable=lambda rel: _installable(image_dir / rel),
+    )
+
+
+def _installable(folder: Path) -> bool:
+    """A [project] folder pip can install (a missing folder is reported where it is read)."""
+    try:
+        if not folder.is_dir():
+            return True
+        return (folder / "pyproject.toml").is_file() or (folder / "setup.py").is_file()
+    except OSError:  # a name too long for the file system: refused where it is read
+        return True
 
 
 def _default_name(image_dir: Path) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -29,6 +29,7 @@ from envbuild.request.fields import (
 )
 
 PYPROJECT = "pyproject.toml"
+SETUP_PY = "setup.py"
 UV_LOCK = "uv.lock"
 REQUIREMENTS_SUFFIXES = (".txt", ".in")
 # PEP 685 extra names / PEP 735 group names, as written (normalised when compared).
@@ -36,10 +37,13 @@ _EXTRA_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$")
 
 
 def file_kind(path: str) -> str | None:
-    """ "pyproject", "uv.lock" or "requirements" by the file's name; None: not one of them."""
+    """ "pyproject", "setup.py", "uv.lock" or "requirements" by the file's name; None: not one
+    of them."""
     name = PurePosixPath(path).name
     if name == PYPROJECT:
         return "pyproject"
+    if name == SETUP_PY:
+        return "setup.py"
     if name == UV_LOCK:
         return "uv.lock"
     if name.endswith(REQUIREMENTS_SUFFIXES):
@@ -73,11 +77,22 @@ def dependency_files(pk: Mapping[str, Any], path: str) -> DependencyFiles:
                 path,
                 "packages",
                 "files",
-                f"{item!r} is not a pyproject.toml, a requirements file (.txt, .in) or a uv.lock",
+                f"{item!r} is not a pyproject.toml, a setup.py, a requirements file (.txt, .in) "
+                "or a uv.lock",
                 'name the project\'s own file, for example files = ["pyproject.toml"]',
             )
         kinds.setdefault(kind, []).append(item)
-    for kind in ("pyproject", "uv.lock"):
+    described = [f for kind in ("pyproject", "setup.py") for f in kinds.get(kind, [])]
+    if len(described) > 1:
+        raise fail(
+            path,
+            "packages",
+            "files",
+            f"{' and '.join(repr(f) for f in described)} both describe a project",
+            "lock one project per image: name one of them (the pyproject.toml when it has "
+            "[project] dependencies)",
+        )
+    for kind in ("uv.lock",):
         if len(kinds.get(kind, [])) > 1:
             raise fail(
                 path,
@@ -86,18 +101,26 @@ def dependency_files(pk: Mapping[str, Any], path: str) -> DependencyFiles:
                 f"{' and '.join(repr(f) for f in kinds[kind])} are two {kind} files",
                 "lock one project per image: name one of them",
             )
-    if kinds.get("pyproject") and kinds.get("uv.lock"):
+    if described and kinds.get("uv.lock"):
         raise fail(
             path,
             "packages",
             "files",
-            f"{kinds['pyproject'][0]!r} and {kinds['uv.lock'][0]!r} both describe the project",
+            f"{described[0]!r} and {kinds['uv.lock'][0]!r} both describe the project",
             "name the uv.lock to keep its pins (its pyproject.toml is read with it), or the "
             "pyproject.toml to let envbuild pick versions",
         )
     extras = _names(pk, path, "extras")
     groups = _names(pk, path, "groups")
-    if (extras or groups) and not (kinds.get("pyproject") or kinds.get("uv.lock")):
+    if groups and kinds.get("setup.py"):
+        raise fail(
+            path,
+            "packages",
+            "groups",
+            f"groups are chosen, but {kinds['setup.py'][0]!r} has no dependency groups",
+            "drop groups (a setup.py has extras_require only)",
+        )
+    if (extras or groups) and not (described or kinds.get("uv.lock")):
         key = "extras" if extras else "groups"
         raise fail(
             path,
@@ -189,16 +212,24 @@ def _no_control(path: str, table: str, key: str, value: str) -> str:
     return value
 
 
-def project_table(pj: Mapping[str, Any] | None, path: str) -> ProjectSettings | None:
-    """[project]: None when the table is absent."""
+def project_table(
+    pj: Mapping[str, Any] | None, path: str, installable: Callable[[str], bool] | None = None
+) -> ProjectSettings | None:
+    """[project]: None when the table is absent. `installable(path)`: whether the folder has
+    a pyproject.toml or setup.py, asked only when `install` is not written (the default is
+    to install a project that can be installed, and to copy one that cannot)."""
     if pj is None:
         return None
     source = read_str(path, "project", "path", pj["path"]) if "path" in pj else "."
     _relative_path(path, "project", "path", source)
     ignore = read_str_list(path, "project", "ignore", pj["ignore"]) if "ignore" in pj else ()
+    if "install" in pj:
+        install = read_bool(path, "project", "install", pj["install"])
+    else:
+        install = installable is None or installable(source)
     return ProjectSettings(
         path=source,
-        install=read_bool(path, "project", "install", pj.get("install", True)),
+        install=install,
         command=command_value(path, "project", "command", pj["command"]) if "command" in pj else (),
         ignore=ignore,
     )

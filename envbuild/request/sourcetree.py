@@ -475,6 +475,27 @@ def collect(
     return SourceFiles(files=out, rules=found.rules, left_out=found.left_out)
 
 
+def top_level(folder: Path, user_rules: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The folder and file names at the top of the project that the rules keep (what a build
+    backend sees in the image), without reading any file but the `.dockerignore`."""
+    import pathspec
+
+    own = folder / ".dockerignore"
+    own_text = (
+        read_input(own, what=".dockerignore").decode("utf-8", "replace") if own.is_file() else None
+    )
+    spec = pathspec.GitIgnoreSpec.from_lines(
+        [_anchored(r) for r in ignore_rules(user_rules, own_text)]
+    )
+    dirs, files = [], []
+    for entry in sorted(folder.iterdir()):
+        if entry.is_dir() and not spec.match_file(entry.name + "/"):
+            dirs.append(entry.name)
+        elif entry.is_file() and not spec.match_file(entry.name):
+            files.append(entry.name)
+    return dirs, files
+
+
 def _refuse_link(link: Path, rel: str, root: Path) -> Path:
     """The file a symlink names, when it is a file inside the project folder."""
     target = link.resolve()

@@ -9,6 +9,7 @@ network); uv.lock files are read by the real uv (offline: `uv export --frozen`).
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -381,7 +382,7 @@ def test_uv_export_failure_is_a_pin_error(tmp_path: Path, monkeypatch: pytest.Mo
 def test_installed_project_locks_its_build_backend(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    image, uv = setup(monkeypatch, tmp_path, '[project]\npath = "src"\n')
+    image, uv = setup(monkeypatch, tmp_path, '[project]\npath = "src"\ninstall = true\n')
     src = image / "src"
     src.mkdir()
     with pytest.raises(RequestError) as info:
@@ -392,7 +393,8 @@ def test_installed_project_locks_its_build_backend(
     )
     (src / "setup.py").write_text("from setuptools import setup\nsetup()\n")
     lock_use_case.lock_image(image)
-    assert requirement_lines(uv)[-1] == "setuptools>=40.8.0"
+    # pip's fallback backend, with wheel for a setuptools without its own bdist_wheel.
+    assert requirement_lines(uv)[-2:] == ["setuptools>=40.8.0", "wheel"]
     (src / "pyproject.toml").write_text(PYPROJECT)
     outcome = lock_use_case.lock_image(image)
     assert requirement_lines(uv) == ["torch==2.10.0", "numpy<3", "hatchling>=1.18"]
@@ -419,3 +421,191 @@ def test_requires_python_is_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 def test_demo_matrix_is_the_fixed_one() -> None:
     # The conflict test relies on the fixed matrix holding only torch 2.10.0.
     assert [r.version for r in demo_matrix().releases] == ["2.10.0"]
+
+
+# --- project inputs as people write them -------------------------------------------------------
+
+
+def _fixture_project(tmp_path: Path, fixture: str, folder: str = "app") -> Path:
+    target = tmp_path / folder
+    shutil.copytree(FIXTURES / fixture, target)
+    return target
+
+
+def _with_packages(image: Path, packages: str, project: str = "") -> None:
+    (image / "envbuild.toml").write_text(
+        DEMO_REQUEST.replace('[packages]\nrequirements = ["numpy<3"]\n', packages) + project
+    )
+
+
+def test_uv_lock_framework_index_build_is_the_stacks_release(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # torch 2.10.0+cu128 from the PyTorch cu128 index (an extra, [tool.uv.sources]): the same
+    # release as the stack's torch 2.10.0 cu128 from PyPI, with that build's CUDA libraries.
+    image, uv = _uv_lock_image(tmp_path, monkeypatch, "uvlock-cu128-extra", real_resolver=True)
+    project = tmp_path / "trainer"
+    for name in ("pyproject.toml", "uv.lock"):
+        (project / name).write_text((FIXTURES / "uvlock-cu128-extra" / name).read_text())
+    _with_packages(image, '[packages]\nfiles = ["../../trainer/uv.lock"]\nextras = ["gpu"]\n')
+    outcome = lock_use_case.lock_image(image)
+    assert requirement_lines(uv) == ["torch==2.10.0", "numpy==2.2.6", "torch==2.10.0"]
+    assert outcome.lock.stack.framework.version == "2.10.0"
+    notes = "\n".join(outcome.warnings)
+    assert (
+        "../../trainer/uv.lock: torch==2.10.0+cu128 is locked as torch==2.10.0 (the local "
+        "label names a build of a framework index" in notes
+    )
+    assert "nvidia-cudnn-cu12==9.10.2.21 not locked: the CUDA libraries of its framework" in notes
+    # A different release still conflicts, with the error that names both sides.
+    lock_file = project / "uv.lock"
+    lock_file.write_text(
+        lock_file.read_text()
+        .replace("2.10.0+cu128", "2.9.1+cu128")
+        .replace("2.10.0%2B", "2.9.1%2B")
+    )
+    with pytest.raises(UnsatisfiableError) as info:
+        lock_use_case.lock_image(image)
+    assert info.value.message.startswith(
+        "the project asks for ../../trainer/uv.lock: torch==2.9.1, but the stack for this "
+        "request needs torch 2.10.0 (cu128)"
+    )
+
+
+def test_requirements_naming_the_project_are_the_project(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    image, uv = setup(monkeypatch, tmp_path, "")
+    _fixture_project(tmp_path, "lib-with-examples")
+    _with_packages(
+        image,
+        '[packages]\nfiles = ["../../app/examples/requirements.txt"]\n',
+        '[project]\npath = "../../app"\n',
+    )
+    outcome = lock_use_case.lock_image(image)
+    # `-e ..[viz]` and `tinylib>=0.1` are the project: its own dependencies come from its
+    # pyproject.toml (it is installed from the checkout), then its build backend.
+    assert requirement_lines(uv) == [
+        "torch==2.10.0",
+        "einops>=0.8",
+        "tqdm>=4.66",
+        "rich",
+        "setuptools>=68",
+    ]
+    notes = "\n".join(outcome.warnings)
+    assert (
+        "../../app/examples/requirements.txt line 1: -e ..[viz] is the project itself "
+        "(../../app), not a package to lock; it is installed from the checkout, its "
+        "dependencies are read from ../../app/pyproject.toml" in notes
+    )
+    assert "line 2: tinylib>=0.1 is the project itself (../../app)" in notes
+    assert [path for path, _ in outcome.lock.input_files] == [
+        "../../app/examples/requirements.txt",
+        "../../app/pyproject.toml",
+    ]
+    lock_use_case.check_image(image)
+    # Copied only: the name is still the project, not a PyPI pin, and nothing else is read.
+    _with_packages(
+        image,
+        '[packages]\nfiles = ["../../app/examples/requirements.txt"]\n',
+        '[project]\npath = "../../app"\ninstall = false\n',
+    )
+    outcome = lock_use_case.lock_image(image)
+    assert requirement_lines(uv) == ["torch==2.10.0", "rich"]
+    assert "it is not installed (set [project] install = true" in "\n".join(outcome.warnings)
+
+
+def test_project_without_pyproject_or_setup_py_is_copied_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    image, uv = setup(monkeypatch, tmp_path, "")
+    _fixture_project(tmp_path, "no-build-files")
+    _with_packages(
+        image, '[packages]\nrequirements = ["numpy<3"]\n', '[project]\npath = "../../app"\n'
+    )
+    outcome = lock_use_case.lock_image(image)
+    assert outcome.lock.project is not None and outcome.lock.project.install is False
+    assert "install = false" in outcome.text
+    assert requirement_lines(uv) == ["torch==2.10.0", "numpy<3"]
+    lock_use_case.check_image(image)
+    # A setup.py appears: the default is to install it again, and the lock is stale.
+    (tmp_path / "app" / "setup.py").write_text("from setuptools import setup\nsetup()\n")
+    with pytest.raises(StaleLockError):
+        lock_use_case.check_image(image)
+
+
+def test_setup_py_only_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    image, uv = setup(monkeypatch, tmp_path, "")
+    _fixture_project(tmp_path, "setup-py-only")
+    _with_packages(
+        image,
+        '[packages]\nfiles = ["../../app/setup.py"]\nextras = ["viz"]\n',
+        '[project]\npath = "../../app"\n',
+    )
+    outcome = lock_use_case.lock_image(image)
+    # Its literal install_requires and extras_require (never run), then pip's fallback
+    # backend: the image installs it with --no-build-isolation --no-index.
+    assert requirement_lines(uv) == [
+        "torch==2.10.0",
+        "einops>=0.8",
+        "pyyaml",
+        "tqdm>=4.66",
+        "setuptools>=40.8.0",
+        "wheel",
+    ]
+    assert [path for path, _ in outcome.lock.input_files] == ["../../app/setup.py"]
+    lock_use_case.check_image(image)
+
+
+def test_setup_py_with_computed_requirements_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    image, uv = setup(monkeypatch, tmp_path, "")
+    _fixture_project(tmp_path, "setup-py-dynamic")
+    _with_packages(image, '[packages]\nfiles = ["../../app/setup.py"]\n')
+    with pytest.raises(RequestError) as info:
+        lock_use_case.lock_image(image)
+    assert info.value.message == (
+        "../../app/setup.py: install_requires of its setup() call is not a literal (computed "
+        "when setup.py runs, which envbuild never does)"
+    )
+    assert info.value.hint.startswith("list the project's dependencies in [packages] requirements")
+    assert uv.calls == []
+
+
+def test_flat_layout_setuptools_refuses_is_refused_at_lock_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    image, uv = setup(monkeypatch, tmp_path, "")
+    app = _fixture_project(tmp_path, "flat-several")
+    _with_packages(
+        image,
+        '[packages]\nfiles = ["../../app/pyproject.toml"]\n',
+        '[project]\npath = "../../app"\n',
+    )
+    with pytest.raises(RequestError) as info:
+        lock_use_case.lock_image(image)
+    assert info.value.message == (
+        f"{image / 'envbuild.toml'}: [project] install = true, but setuptools would refuse to "
+        "build ../../app in the image: several top-level packages in a flat layout: configs, "
+        "model (its automatic discovery cannot tell which to install)"
+    )
+    assert '[tool.setuptools] packages = ["mypkg"]' in info.value.hint
+    assert "install = false" in info.value.hint
+    assert uv.calls == []
+    # Either fix locks: configs/ left out of the image, or the packages named.
+    _with_packages(
+        image,
+        '[packages]\nfiles = ["../../app/pyproject.toml"]\n',
+        '[project]\npath = "../../app"\nignore = ["configs"]\n',
+    )
+    lock_use_case.lock_image(image)
+    assert requirement_lines(uv)[-2:] == ["setuptools>=40.8.0", "wheel"]
+    pyproject = app / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text() + '\n[tool.setuptools]\npackages = ["model"]\n')
+    _with_packages(
+        image,
+        '[packages]\nfiles = ["../../app/pyproject.toml"]\n',
+        '[project]\npath = "../../app"\n',
+    )
+    lock_use_case.lock_image(image)

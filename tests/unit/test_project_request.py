@@ -76,7 +76,7 @@ def test_defaults_leave_the_canonical_request_unchanged() -> None:
         (
             '[packages]\nfiles = ["setup.cfg"]\n',
             "e/envbuild.toml: [packages] files: 'setup.cfg' is not a pyproject.toml, a "
-            "requirements file (.txt, .in) or a uv.lock",
+            "setup.py, a requirements file (.txt, .in) or a uv.lock",
             'name the project\'s own file, for example files = ["pyproject.toml"]',
         ),
         (
@@ -88,9 +88,10 @@ def test_defaults_leave_the_canonical_request_unchanged() -> None:
         ),
         (
             '[packages]\nfiles = ["a/pyproject.toml", "b/pyproject.toml"]\n',
-            "e/envbuild.toml: [packages] files: 'a/pyproject.toml' and 'b/pyproject.toml' are "
-            "two pyproject files",
-            "lock one project per image: name one of them",
+            "e/envbuild.toml: [packages] files: 'a/pyproject.toml' and 'b/pyproject.toml' both "
+            "describe a project",
+            "lock one project per image: name one of them (the pyproject.toml when it has "
+            "[project] dependencies)",
         ),
         (
             '[packages]\nfiles = ["pyproject.toml", "uv.lock"]\n',

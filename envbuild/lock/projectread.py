@@ -1,0 +1,81 @@
+"""The state of one read of a project's dependency files (lock/projectdeps.py), and the lines
+it collects: its own module so the readers it calls (lock/ownproject.py) can use them without
+importing projectdeps, which imports them."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from packaging.requirements import InvalidRequirement, Requirement
+
+from envbuild.core.errors import RequestError
+from envbuild.lock import pins as pydeps
+from envbuild.request.sourcetree import request_file
+
+
+@dataclass(frozen=True)
+class Line:
+    """One requirement and where it was written ("requirements.txt line 3")."""
+
+    text: str
+    origin: str
+    file: str = ""
+    """The file it was read from, as the lock names it ("" for a build requirement)."""
+
+
+@dataclass
+class Reader:
+    image_dir: Path
+    export: bool
+    runner: pydeps.Runner | None = None
+    requirements: list[Line] = field(default_factory=list)
+    constraints: list[Line] = field(default_factory=list)
+    files: dict[str, str] = field(default_factory=dict)
+    requires_python: list[Line] = field(default_factory=list)
+    seen: set[Path] = field(default_factory=set)
+    framework: str = ""
+    """The framework's normalised name: its pins with a local label are the stack's build."""
+    own: dict[str, Path] = field(default_factory=dict)
+    """The project's own normalised name(s) -> its folder: a requirement on it is the project."""
+    installed: Path | None = None
+    """The folder of a project that is installed ([project] install), resolved."""
+    own_read: set[Path] = field(default_factory=set)
+    """The projects whose own dependencies are already read."""
+    relabelled: set[str] = field(default_factory=set)
+    """The files in which a framework pin had a local label dropped."""
+    notes: list[str] = field(default_factory=list)
+    read_pyproject: Callable[[Reader, Path, Sequence[str], Sequence[str]], None] | None = None
+    """projectdeps' pyproject reader, handed to the helpers it calls (lock/ownproject.py reads
+    the project's own dependencies with it): they sit below it and do not import it."""
+    read_toml: Callable[[Path, str], dict[str, Any]] | None = None
+
+    @property
+    def where(self) -> str:
+        """The request file, which names the files read here."""
+        return request_file(self.image_dir)
+
+    def name(self, path: Path) -> str:
+        return Path(os.path.relpath(path, self.image_dir.resolve())).as_posix()
+
+
+def requirement(text: str, origin: str) -> Requirement:
+    try:
+        req = Requirement(text)
+    except InvalidRequirement as exc:
+        raise RequestError(
+            f"{origin}: {text!r} is not a valid requirement ({str(exc).splitlines()[0]})",
+            hint="fix the line: a PEP 508 requirement such as numpy<3",
+            fields={"origin": origin},
+        ) from None
+    if req.url is not None and not req.url.startswith(("https://", "http://", "file://")):
+        raise RequestError(
+            f"{origin}: {text!r} points at {req.url!r}: only http(s):// and file:// wheels can "
+            "be locked with hashes",
+            hint="depend on a released version instead, or on an https:// URL of a wheel",
+            fields={"origin": origin},
+        )
+    return req
