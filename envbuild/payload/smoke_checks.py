@@ -636,10 +636,14 @@ def throttle_flags(mask: int) -> list[str]:
     return sorted(name for bit, name in THROTTLE_BITS.items() if mask & bit)
 
 
-def check_telemetry(peaks: Mapping[str, Any] | None, *, tier: int = 2) -> dict[str, Any]:
-    """`telemetry`: NVML samples during the run: the GPU was busy, and not thermally throttled."""
+def check_telemetry(
+    peaks: Mapping[str, Any] | None, *, tier: int = 2, reason: str | None = None
+) -> dict[str, Any]:
+    """`telemetry`: NVML samples during the run: the GPU was busy, and not thermally throttled.
+    `reason`: why there are no samples (the sampler's error), shown in the skip."""
     if not peaks or not peaks.get("samples"):
-        return check("telemetry", tier, "skip", "NVML not available")
+        why = reason or (peaks or {}).get("error")
+        return check("telemetry", tier, "skip", "NVML not available" + (f": {why}" if why else ""))
     flags = list(peaks.get("throttle", []))
     figure = (
         f"peak util {peaks.get('util_pct', 0)}%, mem {peaks.get('mem_used_mib', 0)} MiB, "

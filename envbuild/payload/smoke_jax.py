@@ -128,9 +128,7 @@ def run(plan: dict[str, Any], out: dict[str, Any]) -> None:
             _perf(jax, dev, plan, out)
     finally:
         if sampler is not None:
-            peaks = sampler.stop()
-            out["metrics"]["nvml"] = peaks
-            checks.append(ck.check_telemetry(peaks))
+            hostmod.record_telemetry(sampler, out, checks)
     timings["tier2_s"] = round(time.perf_counter() - t2, 3)
 
 

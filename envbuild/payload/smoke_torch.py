@@ -130,9 +130,7 @@ def run(plan: dict[str, Any], out: dict[str, Any]) -> None:
                 timings[key] = round(time.perf_counter() - ts, 3)
     finally:
         if sampler is not None:
-            peaks = sampler.stop()
-            out["metrics"]["nvml"] = peaks
-            checks.append(ck.check_telemetry(peaks))
+            hostmod.record_telemetry(sampler, out, checks, _torch_memory(torch, device))
     if use_cuda and count > 1 and plan.get("multi_gpu", True):
         try:
             from . import smoke_ddp
@@ -149,6 +147,19 @@ def run(plan: dict[str, Any], out: dict[str, Any]) -> None:
         out["metrics"]["topology"] = hostmod.topology(count)
         timings["topology_s"] = round(time.perf_counter() - ts, 3)
     timings["tier2_s"] = round(time.perf_counter() - t2, 3)
+
+
+def _torch_memory(torch: Any, device: Any) -> dict[str, Any] | None:
+    """What the caching allocator holds vs what tensors needed at most (MiB), for the readings."""
+    if device.type != "cuda":
+        return None
+    try:
+        return {
+            "reserved_mib": round(torch.cuda.memory_reserved(device) / 2**20, 1),
+            "max_allocated_mib": round(torch.cuda.max_memory_allocated(device) / 2**20, 1),
+        }
+    except Exception:
+        return None
 
 
 def _sync(torch: Any, device: Any) -> None:
