@@ -5,7 +5,8 @@
   number of a tracker the reader cannot see;
 - no function over 80 lines and no module over 800 lines, in the package and in benchmarks/,
   except the in-image payload (envbuild/payload/, which runs alone inside the image and reads
-  top to bottom).
+  top to bottom);
+- every module of the package is named in docs/design.md, under its package.
 """
 
 from __future__ import annotations
@@ -140,3 +141,42 @@ def test_no_module_over_800_lines() -> None:
         if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
     ]
     assert not found, "modules over 800 lines:\n" + "\n".join(found)
+
+
+DESIGN = ROOT / "docs" / "design.md"
+
+
+def _design_sections() -> dict[str, str]:
+    """docs/design.md's layout, by package: the text under each `**name/**` heading."""
+    sections: dict[str, str] = {}
+    current = None
+    for line in DESIGN.read_text(encoding="utf-8").splitlines():
+        match = re.match(r"\*\*([a-z_]+)/\*\*", line)
+        if match:
+            current = match.group(1)
+            sections[current] = ""
+        elif line.startswith("#"):
+            current = None
+        elif current is not None:
+            sections[current] += line + "\n"
+    return sections
+
+
+def _modules_missing_from_design() -> list[str]:
+    sections = _design_sections()
+    missing = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE)
+        if "__pycache__" in rel.parts or "_data" in rel.parts or len(rel.parts) == 1:
+            continue
+        if path.name == "__init__.py" and len(rel.parts) == 2:
+            continue  # a package's docstring; the package itself has its heading
+        if f"`{path.name}`" not in sections.get(rel.parts[0], ""):
+            missing.append(str(rel))
+    return missing
+
+
+def test_every_module_is_in_the_design_doc() -> None:
+    assert len(_design_sections()) >= 14  # guards against a heading format the reader misses
+    missing = _modules_missing_from_design()
+    assert not missing, "modules docs/design.md does not name:\n" + "\n".join(missing)
