@@ -156,7 +156,9 @@ def lock_image(
     kept = None if upgrade else previous  # the picks --upgrade does not keep
     matrix = matrix_data.load_matrix_from(matrix_overlay)
     project = project_lock.read_inputs(image_dir, request)  # [packages] files, build backend
-    stack, reached = _resolve_reaching(request, project, matrix, kept, upgrade_set, offline)
+    stack, reached = _resolve_reaching(
+        request, project, matrix, kept, upgrade_set, offline, image_dir
+    )
     indexes = _pin_indexes(request, stack, image_dir)
     notes = (not_kept, credentials_note(request), reached)
     warnings = [*(note for note in notes if note), *indexes.warnings]
@@ -210,10 +212,18 @@ def _resolve_reaching(
     kept: Lock | None,
     upgrade_set: AbstractSet[str],
     offline: bool,
+    image_dir: Path,
 ) -> tuple[Stack, str | None]:
     """The stack (with the project's range on the framework), from a framework index that
-    answers (envbuild.app.lock_reach), and the line that says when that is not the best fit."""
-    reached = lock_reach.Reach(offline=offline)
+    answers (envbuild.app.lock_reach), and the line that says when that is not the best fit.
+    A framework wheel in a local find_links folder stands in for its index (no probe)."""
+    find_links = tuple(resolve_local(link, image_dir) for link in request.indexes.find_links)
+    reached = lock_reach.Reach(
+        offline=offline,
+        local=lambda s: (
+            wheelhouse_has(find_links, s.framework.name, s.framework.version) is not None
+        ),
+    )
     stack = project_lock.resolve(
         request,
         project,

@@ -40,6 +40,9 @@ class Reach:
     down: list[str] = field(default_factory=list)
     """The index URLs probed that did not answer (the others on their hosts were not asked)."""
     line: str | None = None
+    local: Callable[[Stack], bool] | None = None
+    """Whether a local wheel folder (find_links) holds the stack's framework build: then its
+    index is not needed (uv takes the wheel from the folder) and is not probed."""
 
     def answering(self, url: str) -> bool:
         host = reach.host_of(url)
@@ -48,6 +51,9 @@ class Reach:
             if not self.by_host[host]:
                 self.down.append(url)
         return self.by_host[host]
+
+    def _held_locally(self, stack: Stack) -> bool:
+        return self.local is not None and self.local(stack)
 
     def resolve(self, request: Request, resolve_with: ResolveWith) -> Stack:
         """The best stack whose framework index answers (module docstring)."""
@@ -59,7 +65,9 @@ class Reach:
         stack = best
         for _ in range(MAX_FALLBACKS):
             url = stack.framework.index_url
-            if url is None or url in configured or self.answering(url):
+            if url is None or url in configured or self._held_locally(stack):
+                break
+            if self.answering(url):
                 break
             unreachable.add(url)
             try:

@@ -245,3 +245,23 @@ def test_reach_says_when_no_build_from_an_answering_index_fits() -> None:
     assert "the best fit is torch 2.14.1 cu126" in caught.value.hint
     offline = Reach(offline=True, answers=lambda url: pytest.fail("probed"))
     assert offline.resolve(request_from_flags(), resolve_with) is best  # type: ignore[arg-type]
+
+
+def test_a_wheel_folder_that_holds_the_framework_stands_in_for_its_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # images/torch-cpu and the writes-cwd fixture take torch's CPU wheel from a local
+    # find_links folder where the PyTorch index does not answer: no probe, no fallback.
+    import envbuild.lock.reach
+    from tests.unit.test_lockfile import DEMO_REQUEST
+
+    install_fakes(monkeypatch)
+    calls = _index_and_pypi_stacks(monkeypatch)
+    monkeypatch.setattr(envbuild.lock.reach, "index_answers", lambda url: pytest.fail("probed"))
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    (wheels / "torch-2.14.1+cu126-cp312-cp312-manylinux_2_28_x86_64.whl").write_bytes(b"")
+    image = make_image(tmp_path, DEMO_REQUEST + f'\n[indexes]\nfind_links = ["{wheels}"]\n')
+    _, _, err = run("lock", str(image))  # what the fake uv then pins is not this test's
+    assert calls == [frozenset()], err  # the best stack, resolved once, nothing probed
+    assert FALLBACK_LINE not in err
