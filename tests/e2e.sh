@@ -19,6 +19,8 @@
 #   7. images/torch-project (a pyproject.toml project, torch CPU from E2E_WHEELS=/opt/wheels):
 #      its code installed, its own smoke command passes and is in the report; a code change
 #      rebuilds at most its last 3 layers
+#   7b. tests/fixtures/projects/writes-cwd: a folder of scripts (no pyproject) whose smoke step
+#      writes its checkpoint and log into /app (owned by the runtime user)
 #   8. images/torch-ext: a CUDA extension compiled for the lock's GPUs (about 7 min on 2 cores from a clean clone)
 # `bash tests/e2e.sh prepare` only starts the engine and makes the base image (.ci/run uses it
 # so the engine-marked tests of `make check` run too). E2E_PODMAN=0, E2E_PROJECT=0 and
@@ -385,6 +387,25 @@ shared=$(paste -d' ' "$WORK/layers.ok" "$WORK/layers.edited" | awk '$1 != $2 {ex
 echo "layers: $shared of $total shared after a code change" >&2
 [ "$total" = "$(wc -l <"$WORK/layers.edited")" ] && [ "$shared" -lt "$total" ] && [ "$((total - shared))" -le 3 ] ||
     fail "a code change rebuilt $((total - shared)) of $total layers (expected the project's copy, its install and the user step: at most 3)"
+[ "$(smoke_containers)" = 0 ] || fail "smoke container left behind after a pass"
+lap
+fi
+
+if [ "${E2E_PROJECT:-1}" = 1 ]; then
+say "7b. a folder of scripts that writes where it runs (tests/fixtures/projects/writes-cwd)"
+# No pyproject.toml: copied, not installed; its code in data/ is copied; its smoke command
+# (exec form, a quote inside an argument) writes checkpoint.pt and train.log into /app,
+# which only works when the runtime user (uid 1000) owns /app.
+TAG_CWD=envbuild-e2e/writes-cwd:ok
+rm -rf "$WORK/writes-cwd" && cp -r tests/fixtures/projects/writes-cwd "$WORK/writes-cwd"
+docker image rm --no-prune "$TAG_CWD" >/dev/null 2>&1 || true
+run env -u ENVBUILD_MATRIX_OVERLAY "$ENVBUILD" lock "$WORK/writes-cwd"
+run env -u ENVBUILD_MATRIX_OVERLAY "$ENVBUILD" image "$WORK/writes-cwd" --base-image "$BASE" \
+    --ca-cert "$CA_CERT" --find-links "$WHEELS" --resmoke --tag "$TAG_CWD" --json >"$WORK/writes-cwd.json"
+check_json "$WORK/writes-cwd.json" ok=True device=cpu smoke_command.ok=True smoke_command.exit_code=0 \
+    "smoke_command.stdout_tail=['wrote /app/checkpoint.pt and /app/train.log*"
+run docker run --rm "$TAG_CWD" sh -c 'test "$(stat -c %u /app)" = "$(id -u)" && test -f /app/data/prepare.py' ||
+    fail "$TAG_CWD: /app is not the runtime user's, or data/prepare.py was left out"
 [ "$(smoke_containers)" = 0 ] || fail "smoke container left behind after a pass"
 lap
 fi
