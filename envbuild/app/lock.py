@@ -23,6 +23,7 @@ from packaging.utils import (
     canonicalize_name,
     parse_wheel_filename,
 )
+from packaging.version import Version
 
 from envbuild import matrix as matrix_data
 from envbuild import resolver
@@ -223,6 +224,7 @@ def _resolve_reaching(
         local=lambda s: (
             wheelhouse_has(find_links, s.framework.name, s.framework.version) is not None
         ),
+        held=lambda name: wheelhouse_versions(find_links, name),
     )
     stack = project_lock.resolve(
         request,
@@ -737,6 +739,24 @@ def check_framework_source(stack: Stack, packages: Sequence[LockedPackage]) -> N
             hint="make that index reachable, or constrain [framework] cuda / the version "
             "range to a variant PyPI serves by default",
         )
+
+
+def wheelhouse_versions(find_links: Sequence[str], name: str) -> list[str]:
+    """The public versions of `name` that local find-links folders hold, newest first."""
+    want = canonicalize_name(name)
+    found: set[Version] = set()
+    for link in find_links:
+        folder = local_path(link)
+        if folder is None or not folder.is_dir():
+            continue
+        for wheel in folder.glob("*.whl"):
+            try:
+                wname, wversion, _, _ = parse_wheel_filename(wheel.name)
+            except InvalidWheelFilename:
+                continue
+            if wname == want:
+                found.add(Version(wversion.public))
+    return [str(v) for v in sorted(found, reverse=True)]
 
 
 def wheelhouse_has(find_links: Sequence[str], name: str, version: str) -> str | None:

@@ -13,6 +13,9 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+
 from envbuild import resolver
 from envbuild.core.errors import UnsatisfiableError
 from envbuild.core.models import Lock, Request, Stack
@@ -52,6 +55,9 @@ class Reach:
                 self.down.append(url)
         return self.by_host[host]
 
+    held: Callable[[str], list[str]] | None = None
+    """Framework name -> the versions local find_links folders hold, newest first."""
+
     def _held_locally(self, stack: Stack) -> bool:
         return self.local is not None and self.local(stack)
 
@@ -69,23 +75,50 @@ class Reach:
                 break
             if self.answering(url):
                 break
+            local = self._from_wheel_folder(request, resolve_with, frozenset(unreachable))
+            if local is not None:
+                stack = local
+                break
             unreachable.add(url)
             try:
                 stack = resolve_with(request, frozenset(unreachable))
             except UnsatisfiableError as err:
                 raise _nothing_answers(err, best, self.down) from None
         if stack is not best:
-            self.line = fallback_line(best, stack, self.down)
+            self.line = fallback_line(best, stack, self.down, local=self._held_locally(stack))
         return stack
 
+    def _from_wheel_folder(
+        self, request: Request, resolve_with: ResolveWith, unreachable: frozenset[str]
+    ) -> Stack | None:
+        """The newest stack whose framework build a local find_links folder holds (its index
+        is not needed then), or None."""
+        if self.held is None:
+            return None
+        name = Requirement(request.framework).name
+        for version in self.held(name):
+            narrowed = Requirement(request.framework)
+            narrowed.specifier &= SpecifierSet(f"=={version}")
+            try:
+                stack = resolve_with(
+                    dataclasses.replace(request, framework=str(narrowed)), unreachable
+                )
+            except UnsatisfiableError:
+                continue
+            if self._held_locally(stack):
+                return stack
+        return None
 
-def fallback_line(best: Stack, locked: Stack, down: list[str]) -> str:
+
+def fallback_line(best: Stack, locked: Stack, down: list[str], *, local: bool = False) -> str:
     """ "download.pytorch.org/whl/cu126 does not answer: locked torch 2.10.0 cu128 from PyPI,
     the newest build there that fits; the best fit is torch 2.14.1 cu126 ([indexes]
     framework_index = "index" requires it)"."""
     gone = _names(down)
     fw, top = locked.framework, best.framework
     where = reach.shown(fw.index_url) if fw.index_url else "PyPI"
+    if local:
+        where = "a local find_links folder"
     return (
         f"{gone}{FALLBACK_MARK}{fw.name} {fw.version} {fw.variant} from {where}, the newest "
         f"build there that fits; the best fit is {top.name} {top.version} {top.variant} "

@@ -265,3 +265,39 @@ def test_a_wheel_folder_that_holds_the_framework_stands_in_for_its_index(
     _, _, err = run("lock", str(image))  # what the fake uv then pins is not this test's
     assert calls == [frozenset()], err  # the best stack, resolved once, nothing probed
     assert FALLBACK_LINE not in err
+
+
+def test_reach_takes_the_newest_build_a_wheel_folder_holds_when_the_index_is_down() -> None:
+    # torch's CPU builds live only on download.pytorch.org/whl/cpu; /opt/wheels holds 2.13.0.
+    import dataclasses
+
+    from envbuild.app.lock_reach import Reach
+    from envbuild.core.models import FrameworkPick, Request, Stack
+    from envbuild.request.parse import request_from_flags
+    from tests.unit.test_lockfile import demo_stack
+
+    cpu = "https://download.pytorch.org/whl/cpu"
+
+    def stack(version: str) -> Stack:
+        pick = FrameworkPick("torch", version, "cpu", f"torch=={version}", cpu, False)
+        return dataclasses.replace(demo_stack(), framework=pick)
+
+    asked: list[str] = []
+
+    def resolve_with(req: Request, gone: frozenset[str]) -> Stack:
+        asked.append(req.framework)
+        return stack("2.13.0" if "==2.13.0" in asked[-1] else "2.15.0")
+
+    reach = Reach(
+        answers=lambda url: False,
+        local=lambda s: s.framework.version == "2.13.0",
+        held=lambda name: ["2.13.0"] if name == "torch" else [],
+    )
+    got = reach.resolve(request_from_flags(), resolve_with)
+    assert got.framework.version == "2.13.0"
+    assert asked == ["torch", "torch==2.13.0"]
+    assert reach.line == (
+        "download.pytorch.org/whl/cpu does not answer: locked torch 2.13.0 cpu from a local "
+        "find_links folder, the newest build there that fits; the best fit is torch 2.15.0 cpu "
+        '([indexes] framework_index = "index" requires it)'
+    )
