@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
-from envbuild.core.errors import RequestError, UserError
+from envbuild.core.errors import EnvbuildError, RequestError, UserError
 from envbuild.core.models import (
     COMPAT_POLICIES,
     CUDA_FLAVOURS,
@@ -664,13 +664,24 @@ def load_request(image_dir: Path) -> Request:
 
 
 def _installable(folder: Path) -> bool:
-    """A [project] folder pip can install (a missing folder is reported where it is read)."""
+    """Whether a [project] folder is installed when `install` is not written: it has a
+    setup.py, or a pyproject.toml with a [build-system] table. A pyproject.toml without one
+    is a project of scripts and dependencies, not a package: uv does not build or install it
+    either (https://docs.astral.sh/uv/concepts/projects/config/#build-systems), and pip's
+    setuptools fallback would refuse most such folders (flat layouts). A missing or
+    unreadable folder or file is reported where it is read, so it counts as installable."""
     try:
-        if not folder.is_dir():
+        if not folder.is_dir() or (folder / "setup.py").is_file():
             return True
-        return (folder / "pyproject.toml").is_file() or (folder / "setup.py").is_file()
-    except OSError:  # a name too long for the file system: refused where it is read
+        pyproject = folder / "pyproject.toml"
+        if not pyproject.is_file():
+            return False
+        from envbuild.core.fsio import read_input
+
+        data = toml_loads(read_input(pyproject, what="pyproject.toml").decode("utf-8"))
+    except (OSError, UnicodeDecodeError, EnvbuildError):
         return True
+    return "build-system" in data
 
 
 def _default_name(image_dir: Path) -> str:

@@ -581,7 +581,7 @@ def test_flat_layout_setuptools_refuses_is_refused_at_lock_time(
     _with_packages(
         image,
         '[packages]\nfiles = ["../../app/pyproject.toml"]\n',
-        '[project]\npath = "../../app"\n',
+        '[project]\npath = "../../app"\ninstall = true\n',
     )
     with pytest.raises(RequestError) as info:
         lock_use_case.lock_image(image)
@@ -597,7 +597,7 @@ def test_flat_layout_setuptools_refuses_is_refused_at_lock_time(
     _with_packages(
         image,
         '[packages]\nfiles = ["../../app/pyproject.toml"]\n',
-        '[project]\npath = "../../app"\nignore = ["configs"]\n',
+        '[project]\npath = "../../app"\ninstall = true\nignore = ["configs"]\n',
     )
     lock_use_case.lock_image(image)
     assert requirement_lines(uv)[-2:] == ["setuptools>=40.8.0", "wheel"]
@@ -606,6 +606,24 @@ def test_flat_layout_setuptools_refuses_is_refused_at_lock_time(
     _with_packages(
         image,
         '[packages]\nfiles = ["../../app/pyproject.toml"]\n',
+        '[project]\npath = "../../app"\ninstall = true\n',
+    )
+    lock_use_case.lock_image(image)
+
+
+def test_a_pyproject_without_build_system_is_copied_not_installed_by_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As uv does for such a project (a uv.lock training repository with several top-level
+    # folders and no [build-system]): its dependencies are locked, the code is copied only.
+    image, uv = setup(monkeypatch, tmp_path, "")
+    _fixture_project(tmp_path, "flat-several")
+    _with_packages(
+        image,
+        '[packages]\nfiles = ["../../app/pyproject.toml"]\n',
         '[project]\npath = "../../app"\n',
     )
     lock_use_case.lock_image(image)
+    assert "einops>=0.8" in requirement_lines(uv)
+    assert "setuptools>=40.8.0" not in requirement_lines(uv)
+    assert "install = false" in (image / "envbuild.lock").read_text()
