@@ -6,7 +6,8 @@ in `envbuild.smoke.plan.judge`). Unit tests drive this with a fake engine.
 
 Guarantees: the tag is written only after a passing smoke report;
 every smoke container is removed by the engine; on failure or Ctrl-C the candidate image is
-removed unless `keep_failed`; the final image carries `envbuild.lock`, `envbuild.lock.sha256`
+removed unless `keep_failed` (only it: its layers stay as the next build's cache,
+`ContainerEngine.remove_image`); the final image carries `envbuild.lock`, `envbuild.lock.sha256`
 and `envbuild.smoke.report` (compact JSON with "ok": true).
 """
 

@@ -210,6 +210,9 @@ class BuildxEngine:
         return self.docker.tag(image_id, ref, labels=labels)
 
     def remove_image(self, image_id: str) -> None:
+        """`DockerEngine.remove_image`: the candidate (the labelled `FROM <id>` image) goes,
+        the image buildx loaded stays as its parent, and BuildKit's own cache is the
+        builder's, not an image (`docker buildx du` lists it): no image removal touches it."""
         self.docker.remove_image(image_id)
 
     def image_labels(self, ref: str) -> dict[str, str]:

@@ -401,11 +401,14 @@ class DockerEngine:
         return result.image_id
 
     def remove_image(self, image_id: str) -> None:
-        """Remove an image nobody else uses. Not forced: a cached build can give a candidate
-        the id of an image another tag depends on (it is the parent of an earlier passing
-        image), and removing that is not ours to do; the engine's 409 conflict leaves it."""
+        """Remove an image nobody else uses, and only it. Not forced: a cached build can give
+        a candidate the id of an image another tag depends on (it is the parent of an earlier
+        passing image), and removing that is not ours to do; the engine's 409 conflict leaves
+        it. `noprune`: docker's default also deletes the untagged parents, which are the
+        classic builder's layer cache, so a rebuild after a fix would run every step again
+        (`DELETE /images/{name}?noprune=1`, docs.docker.com/reference/api/engine/)."""
         try:
-            self.client.images.remove(image_id, force=False)
+            self.client.images.remove(image_id, force=False, noprune=True)
         except docker.errors.ImageNotFound:
             return
         except docker.errors.APIError as exc:

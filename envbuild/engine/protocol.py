@@ -94,7 +94,9 @@ class ContainerEngine(Protocol):
         """Tag the image as `ref` with extra labels added; returns the new image id."""
 
     def remove_image(self, image_id: str) -> None:
-        """Remove an image; an image already gone is not an error."""
+        """Remove an image (its tag, or the untagged image itself) and only it: its parent
+        layers stay, as the build cache of the next build (`docker image prune` clears them).
+        An image already gone, or one another image depends on, is not an error."""
 
     def image_labels(self, ref: str) -> dict[str, str]:
         """The labels of an image; EngineError when it does not exist."""

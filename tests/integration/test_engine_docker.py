@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from dataclasses import replace
 
 import pytest
 
@@ -175,3 +176,24 @@ def test_disk_full_during_build_is_its_own_error(engine: DockerEngine) -> None:
     assert info.value.exit_code == 3
     assert "disk space" in info.value.message
     assert "docker system df" in info.value.hint
+
+
+def test_failed_candidate_goes_but_its_cached_layers_stay(engine: DockerEngine, tag: str) -> None:
+    """The build after a failed smoke test reuses the steps before the change: removing the
+    candidate does not prune its parents (the classic builder's cache)."""
+    probe = uuid.uuid4().hex
+    j = job("crash", tag)
+    dockerfile = (
+        j.context["Dockerfile"]
+        .decode()
+        .replace("\nRUN ", f"\nRUN echo {probe} > /tmp/probe\nRUN ", 1)
+    )
+    context = {**j.context, "Dockerfile": dockerfile.encode()}
+    with pytest.raises(SmokeFailed):
+        build_and_verify(engine, replace(j, context=context), judge=judge, progress=lambda _: None)
+    seen: list[str] = []
+    with pytest.raises(SmokeFailed):
+        build_and_verify(engine, replace(j, context=context), judge=judge, progress=seen.append)
+    step = next(i for i, line in enumerate(seen) if probe in line)
+    assert any("Using cache" in line for line in seen[step : step + 3]), seen[step : step + 3]
+    assert not engine.image_exists(tag)

@@ -216,3 +216,49 @@ def test_network_error_inside_a_run_step_is_a_step_failure_not_a_pull() -> None:
         stream.feed({"error": "The command '/bin/sh -c pip install' returned a non-zero code: 1"})
     assert info.value.message.startswith("build failed at Step 6/9 : RUN pip install")
     assert "--base-image" not in info.value.hint
+
+
+class _Images:
+    """docker-py's `client.images`, recording each removal's arguments."""
+
+    def __init__(self, status: int | None = None) -> None:
+        self.removed: list[tuple[str, dict[str, object]]] = []
+        self.status = status
+
+    def remove(self, image: str, **kwargs: object) -> None:
+        self.removed.append((image, kwargs))
+        if self.status is not None:
+            import docker.errors
+            import requests
+
+            response = requests.Response()
+            response.status_code = self.status
+            raise docker.errors.APIError("conflict", response=response, explanation="in use")
+
+
+def test_remove_image_keeps_the_parents_the_builder_cached() -> None:
+    """A failed candidate goes, its untagged parents (the classic builder's layer cache) stay:
+    docker's default prune would make the build after a fix run every step again."""
+    from envbuild.engine.docker import DockerEngine
+
+    engine = DockerEngine()
+    images = _Images()
+    engine._client = type("Client", (), {"images": images})()
+    engine.remove_image("sha256:" + "c" * 64)
+    assert images.removed == [("sha256:" + "c" * 64, {"force": False, "noprune": True})]
+    # An image another image depends on is left, not an error.
+    engine._client.images = _Images(status=409)
+    engine.remove_image("sha256:" + "c" * 64)
+
+
+def test_buildx_removes_through_the_docker_engine_and_keeps_its_cache() -> None:
+    """BuildKit's cache is the builder's, not an image: removal is DockerEngine's, as is."""
+    from envbuild.engine.buildx import BuildxEngine
+    from envbuild.engine.docker import DockerEngine
+
+    docker_engine = DockerEngine()
+    images = _Images()
+    docker_engine._client = type("Client", (), {"images": images})()
+    buildx = BuildxEngine(docker_engine=docker_engine)
+    buildx.remove_image("sha256:" + "d" * 64)
+    assert images.removed == [("sha256:" + "d" * 64, {"force": False, "noprune": True})]
