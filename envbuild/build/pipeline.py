@@ -348,7 +348,7 @@ def build_and_verify(
         result = engine.run(spec)
         judgement = _passed(job, result, judge, candidate)
         # The project's own step runs only after the payload passed, as the payload ran.
-        command = _project_step(engine, spec, job, candidate, progress)
+        command = _project_step(engine, spec, job, candidate, progress, judgement)
         label = report_label(judgement.report, job, attach, command)
         tag_started = time.monotonic()
         image_id = engine.tag(
@@ -385,10 +385,16 @@ def build_and_verify(
 
 
 def _project_step(
-    engine: ContainerEngine, spec: RunSpec, job: ImageJob, candidate: str, progress: ProgressFn
+    engine: ContainerEngine,
+    spec: RunSpec,
+    job: ImageJob,
+    candidate: str,
+    progress: ProgressFn,
+    judgement: SmokeJudgement,
 ) -> dict[str, Any] | None:
-    """The project's own step (`[smoke] command`): run only after the payload passed, as the
-    payload ran; None when the project has none."""
+    """The project's own step (`[smoke] command`): run only after the payload passed (its
+    `judgement`, whose report a failure of this step keeps), as the payload ran; None when
+    the project has none."""
     if not job.smoke_command:
         return None
     return run_command(
@@ -399,6 +405,7 @@ def _project_step(
         keep_failed=job.keep_failed,
         candidate=candidate,
         progress=progress,
+        report=judgement.report,
     )
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from envbuild.core.errors import SmokeFailed
@@ -62,10 +62,13 @@ def run_command(
     keep_failed: bool,
     candidate: str,
     progress: ProgressFn,
+    report: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run the project's smoke `command` like the payload ran (`payload_spec` with another
     command); its record, or SmokeFailed (exit 6) when it fails or runs out of time. Takes
-    the job's fields, not the job: the smoke stage sits below the build stage."""
+    the job's fields, not the job: the smoke stage sits below the build stage. `report` is
+    the payload's, which passed before this step ran: a failure keeps it in its fields, so
+    envbuild's own checks are not lost with the project's step."""
     shown = shlex.join(command)
     progress(f"running the project's smoke command: {shown}")
     spec = dataclasses.replace(
@@ -105,7 +108,7 @@ def run_command(
             "stderr_tail": done["stderr_tail"],
             "stdout_tail": done["stdout_tail"],
             "failed": [],
-            "report": None,
+            "report": dict(report) if report is not None else None,
             "smoke_command": done,
         },
     )

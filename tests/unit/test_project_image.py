@@ -19,7 +19,7 @@ from envbuild.request import sourcetree
 from envbuild.request.project import template_values
 from envbuild.smoke.project_step import PERMISSION_HINT, record
 from tests.golden import fixtures
-from tests.unit.test_build import OK_RUN, FakeEngine, make_job, passing
+from tests.unit.test_build import OK_RUN, PASS_REPORT, FakeEngine, make_job, passing
 from tests.unit.test_lockfile import demo_matrix
 
 
@@ -268,8 +268,32 @@ def test_failing_smoke_command_tags_nothing_and_removes_the_candidate(
     )
     assert err.message.endswith("; no tag was written")
     assert err.fields["smoke_command"]["stderr_tail"] == result.stderr.splitlines()
+    # envbuild's own checks passed before the project's step ran: they are not lost.
+    assert err.fields["report"] == PASS_REPORT
     assert not engine.tags
     assert "remove_image" in engine.names()
+
+
+def test_image_json_of_a_failed_smoke_command_keeps_the_payload_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from click.testing import CliRunner
+
+    from envbuild.app import image
+    from envbuild.cli.main import cli
+
+    def fake(**_: object) -> object:
+        engine = TwoRuns(RunResult(1, "", "ValueError: boom\n", duration_s=1.0))
+        return build_and_verify(
+            engine, make_job(smoke_command=COMMAND), judge=passing, progress=lambda _: None
+        )
+
+    monkeypatch.setattr(image, "build_image", fake)
+    result = CliRunner().invoke(cli, ["image", str(tmp_path), "--json"])
+    assert result.exit_code == 6
+    doc = json.loads(result.stdout.strip().splitlines()[-1])
+    assert doc["fields"]["report"] == PASS_REPORT
+    assert doc["fields"]["smoke_command"]["ok"] is False
 
 
 def test_a_permission_failure_says_where_the_runtime_user_may_write() -> None:
