@@ -97,6 +97,10 @@ class ImageOutcome:
     summary: str
     build_s: float
     smoke_s: float
+    """The one smoke time: wall seconds of the payload's container (`smoke_payload_s`) plus
+    the project's step's (`smoke_command["duration_s"]`), as the engine measured each run;
+    0 when the pass was reused. The payload's own `timings` (inside the container) are not
+    it: they leave out the container's start."""
     job: ImageJob
     builder: str = ""
     """Which builder ran (`BuildResult.builder`)."""
@@ -116,6 +120,8 @@ class ImageOutcome:
     unchanged: bool = False
     """Nothing the build reads changed since the tag was built and passed here: neither
     built nor tested again (`ImageJob.context_key`)."""
+    smoke_payload_s: float = 0.0
+    """The payload's part of `smoke_s`."""
 
     def to_json(self) -> dict[str, Any]:
         """The `envbuild image --json` document on success (docs/image-json.md)."""
@@ -136,6 +142,7 @@ class ImageOutcome:
             "labels": sorted([LOCK_LABEL, LOCK_SHA_LABEL, REPORT_LABEL]),
             "build_s": self.build_s,
             "smoke_s": self.smoke_s,
+            "smoke_payload_s": self.smoke_payload_s,
             "smoke": dict(self.report),
             "smoke_summary": self.summary,
             "builder": self.builder,
@@ -363,7 +370,9 @@ def build_and_verify(
                 engine.remove_image(candidate)
         raise
     _check_labels(engine, job)
-    entry = {"report_label": label, "summary": judgement.summary, "smoke_s": result.duration_s}
+    payload_s = round(result.duration_s, 3)
+    smoke_s = round(payload_s + (command["duration_s"] if command else 0.0), 3)
+    entry = {"report_label": label, "summary": judgement.summary, "smoke_s": smoke_s}
     stored = passes.record(candidate, {**entry, "image_id": image_id}) if passes else entry
     outcome = ImageOutcome(
         tag=job.tag,
@@ -373,12 +382,13 @@ def build_and_verify(
         report_label=label,
         summary=judgement.summary,
         build_s=build_s,
-        smoke_s=result.duration_s,
+        smoke_s=smoke_s,
         job=job,
         builder=built.builder,
         gpu_attach=attach.to_json() if attach is not None else None,
         smoke_command=command,
         tag_s=tag_s,
+        smoke_payload_s=payload_s,
     )
     _record_built(passes, job, outcome, stored)
     return outcome

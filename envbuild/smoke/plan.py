@@ -113,11 +113,12 @@ class SmokeJudgement:
     summary: str = ""
 
 
-def judge(stdout: str, plan: Mapping[str, Any]) -> SmokeJudgement:
+def judge(stdout: str, plan: Mapping[str, Any], *, timed: bool = True) -> SmokeJudgement:
     """Read the report in a payload's stdout and judge it against its plan (SmokeFailed when
-    there is no readable report)."""
+    there is no readable report). `timed=False`: the summary leaves out the payload's own
+    time, for a caller that reports the smoke time itself (`envbuild image`: `smoke_s`)."""
     report = parse_report(stdout)
-    verdict = evaluate(report, plan)
+    verdict = evaluate(report, plan, timed=timed)
     return SmokeJudgement(
         ok=verdict.ok,
         report=report,
@@ -398,7 +399,9 @@ def _failed(c: Mapping[str, Any]) -> FailedCheck:
     )
 
 
-def evaluate(report: Mapping[str, Any], plan: Mapping[str, Any]) -> SmokeVerdict:
+def evaluate(
+    report: Mapping[str, Any], plan: Mapping[str, Any], *, timed: bool = True
+) -> SmokeVerdict:
     """Judge a report against its plan; the report's own "ok" is not trusted alone.
 
     Fails on: any failed check; another framework than planned; a version seen that the plan
@@ -419,7 +422,7 @@ def evaluate(report: Mapping[str, Any], plan: Mapping[str, Any]) -> SmokeVerdict
             failed.append(extra)
             failed_names.add(extra.name)
     ok = not failed
-    summary = _summary(report, device, ok, len(checks), failed, warnings)
+    summary = _summary(report, device, ok, len(checks), failed, warnings, timed=timed)
     return SmokeVerdict(
         ok=ok, failed=tuple(failed), warnings=warnings, device=device, summary=summary
     )
@@ -516,8 +519,11 @@ def _summary(
     total: int,
     failed: list[FailedCheck],
     warnings: tuple[FailedCheck, ...],
+    *,
+    timed: bool = True,
 ) -> str:
-    """The verdict line a CLI prints."""
+    """The verdict line a CLI prints; with the payload's own time (`timings.total_s`) when
+    `timed`."""
     # The GPUs the framework saw (CUDA_VISIBLE_DEVICES applied), else every GPU NVML lists.
     seen_gpus = (report.get("metrics") or {}).get("framework_gpus")
     if not isinstance(seen_gpus, list):
@@ -527,7 +533,7 @@ def _summary(
         f" ({gpus})" if gpus else ""
     )
     seconds = (report.get("timings") or {}).get("total_s")
-    took = f" in {float(seconds):.1f} s" if isinstance(seconds, (int, float)) else ""
+    took = f" in {float(seconds):.1f} s" if timed and isinstance(seconds, (int, float)) else ""
     if ok:
         extra = f", {len(warnings)} warning(s)" if warnings else ""
         return f"smoke PASS: {where}, {total} checks{extra}{took}"

@@ -17,6 +17,7 @@ from envbuild.engine.protocol import RunResult, RunSpec
 from envbuild.render.dockerfile import RenderOptions, build_context, render_dockerfile
 from envbuild.request import sourcetree
 from envbuild.request.project import template_values
+from envbuild.smoke.plan import SmokeJudgement
 from envbuild.smoke.project_step import PERMISSION_HINT, record
 from tests.golden import fixtures
 from tests.unit.test_build import OK_RUN, PASS_REPORT, FakeEngine, make_job, passing
@@ -199,14 +200,15 @@ def test_edited_lock_values_are_refused_before_rendering() -> None:
 class TwoRuns(FakeEngine):
     """The payload's run, then the project's command's."""
 
-    def __init__(self, command_result: RunResult) -> None:
-        super().__init__(run_result=OK_RUN)
+    def __init__(self, command_result: RunResult, payload_result: RunResult = OK_RUN) -> None:
+        super().__init__(run_result=payload_result)
         self.command_result = command_result
 
     def run(self, spec: RunSpec) -> RunResult:
         self.calls.append(("run", spec))
         runs = sum(1 for name, _ in self.calls if name == "run")
-        return OK_RUN if runs == 1 else self.command_result
+        assert self.run_result is not None
+        return self.run_result if runs == 1 else self.command_result
 
     def image_ids(self, ref: str, *, pull: bool = True) -> tuple[str, str | None]:
         return ref, None
@@ -244,6 +246,36 @@ def test_smoke_command_runs_after_the_payload_like_the_payload() -> None:
     label = json.loads(engine.image_labels("envbuild-test/demo:ok")[REPORT_LABEL])
     assert label["envbuild"]["smoke_command"] == record
     assert "running the project's smoke command: python -m train --steps 5" in seen
+    assert "the project's smoke command passed in 2.5 s" in seen
+
+
+def test_smoke_time_is_one_figure_the_payload_and_the_command_together(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """smoke_s = the payload's container + the project's step; the text output shows that
+    figure once, with its parts named, and the verdict line carries no other time."""
+    from click.testing import CliRunner
+
+    from envbuild.app import image
+    from envbuild.cli.main import cli
+
+    command_run = RunResult(0, "done\n", "", duration_s=12.0)
+    engine = TwoRuns(command_run, dataclasses.replace(OK_RUN, duration_s=24.25))
+
+    def judge(result: RunResult) -> SmokeJudgement:
+        return SmokeJudgement(ok=True, report=PASS_REPORT, summary="smoke PASS: torch on cuda")
+
+    out = build_and_verify(engine, make_job(smoke_command=COMMAND), judge=judge, progress=print)
+    doc = out.to_json()
+    assert doc["smoke_payload_s"] == 24.25
+    assert doc["smoke_command"]["duration_s"] == 12.0
+    assert doc["smoke_s"] == 36.25
+
+    monkeypatch.setattr(image, "build_image", lambda **_: out)
+    text = CliRunner().invoke(cli, ["image", str(tmp_path)]).stdout
+    assert "in 36.2 s (payload 24.2 s + command 12.0 s)" in text
+    assert "smoke PASS: torch on cuda\n" in text
+    assert "command: pass `python -m train --steps 5`\n" in text
 
 
 @pytest.mark.parametrize(

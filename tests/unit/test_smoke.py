@@ -194,6 +194,14 @@ def test_evaluate_pass() -> None:
     assert v.device == "cuda"
     # The visible GPU (CUDA_VISIBLE_DEVICES applied), not every GPU NVML lists.
     assert v.summary == "smoke PASS: torch on cuda (NVIDIA H200), 7 checks in 10.4 s"
+    # `envbuild image` reports one smoke time of its own (smoke_s): its verdict line has none.
+    untimed = smoke.evaluate(_report(), PLAN, timed=False)
+    assert untimed.summary == "smoke PASS: torch on cuda (NVIDIA H200), 7 checks"
+    from envbuild.app.image import make_judge
+    from envbuild.engine.protocol import RunResult
+
+    stdout = ck.REPORT_MARKER + " " + json.dumps(_report()) + "\n"
+    assert make_judge(PLAN)(RunResult(0, stdout, "")).summary == untimed.summary
 
 
 def test_evaluate_fails_on_a_failed_check_with_its_hint() -> None:

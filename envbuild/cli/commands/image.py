@@ -85,13 +85,11 @@ def _print_outcome(doc: dict[str, Any]) -> None:
         console.line(
             f"  smoke:  pass on {device}"
             + (f", checks: {tally}" if tally else "")
-            + f" in {doc['smoke_s']:.1f} s (build {doc['build_s']:.0f} s)"
+            + f" in {_smoke_time(doc)} (build {doc['build_s']:.0f} s)"
         )
     command = doc.get("smoke_command")
     if command:
-        console.line(
-            f"  command: pass `{' '.join(command['command'])}` in {command['duration_s']:.1f} s"
-        )
+        console.line(f"  command: pass `{' '.join(command['command'])}`")
     if doc["base_image_replaced"]:
         console.line(f"  base:   {doc['base_image']} (replaces {doc['locked_base_image']})")
     else:
@@ -109,6 +107,17 @@ def _print_outcome(doc: dict[str, Any]) -> None:
     pushed = doc.get("pushed")
     if pushed:
         console.line(f"  pushed: {pushed['repo_digest']}")
+
+
+def _smoke_time(doc: dict[str, Any]) -> str:
+    """`smoke_s`, the one smoke time, with its parts named when the project has a step."""
+    total = f"{doc['smoke_s']:.1f} s"
+    command = doc.get("smoke_command")
+    if not command:
+        return total
+    return (
+        f"{total} (payload {doc['smoke_payload_s']:.1f} s + command {command['duration_s']:.1f} s)"
+    )
 
 
 def _print_failure(err: SmokeFailed) -> None:
