@@ -44,6 +44,7 @@ from envbuild.render.dockerfile import (
     render_options,
     wheel_paths,
 )
+from envbuild.render.local_wheels import lock_wheelhouse
 from envbuild.smoke import plan as smoke
 from envbuild.smoke.container import limits_for
 
@@ -95,6 +96,7 @@ def build_image(
         request=request,
         build_inputs=build_inputs,
         matrix_overlay=matrix_overlay,
+        progress=progress,
     )
     if engine is None:
         from envbuild.engine.buildx import BuildxOptions
@@ -283,8 +285,10 @@ def prepare(
     request: ImageRequest,
     build_inputs: BuildInputs,
     matrix_overlay: Path | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> tuple[ImageJob, Judge]:
-    """Everything the engine part needs, decided before the engine is touched."""
+    """Everything the engine part needs, decided before the engine is touched; `progress`
+    hears the choices made for the user (the lock's wheel folder as the wheelhouse)."""
     if request.tag is not None:
         check_tag(request.tag)
     check_delivery(request, buildkit=build_inputs.buildkit)
@@ -293,6 +297,9 @@ def prepare(
     # The options a user typed are checked as `envbuild render` checks them, before the lock.
     options = render_options(build_inputs)
     _request, lock, lock_text = inputs.load_fresh_text(image_dir, matrix_overlay=matrix_overlay)
+    options, note = lock_wheelhouse(lock, options, image_dir=image_dir)
+    if note is not None and progress is not None:
+        progress(note)
     matrix = matrix_data.load_matrix_from(matrix_overlay)
     sha = lock_sha256(lock_text)
     files = build_context(

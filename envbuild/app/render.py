@@ -12,6 +12,7 @@ from envbuild.app import inputs
 from envbuild.core.errors import UserError
 from envbuild.core.fsio import is_own_folder, replace_folder, write_atomic
 from envbuild.render import dockerfile as rendering
+from envbuild.render import local_wheels
 from envbuild.request import sourcetree
 
 
@@ -27,6 +28,10 @@ def render(
     and the whole build context to `context` (a folder, or a `.tar` file) when given."""
     options = rendering.render_options(build_inputs or rendering.BuildInputs())
     _request, lock, lock_text = inputs.load_fresh_text(image_dir, matrix_overlay=matrix_overlay)
+    note = None
+    if context is not None:
+        # A context holds the wheelhouse; a Dockerfile alone never needs one (nor this check).
+        options, note = local_wheels.lock_wheelhouse(lock, options, image_dir=image_dir)
     dockerfile = rendering.render_dockerfile(
         lock, options=options, template_dir=image_dir, lock_text=lock_text
     )
@@ -52,6 +57,7 @@ def render(
         context=context,
         context_files=files,
         left_out=None if survey is None else survey.left_out,
+        notes=(note,) if note else (),
     )
 
 

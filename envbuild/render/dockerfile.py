@@ -100,6 +100,9 @@ class RenderResult:
     context_files: int = 0
     left_out: tuple[sourcetree.LeftOut, ...] | None = None
     """What of the project stays out of /app; None without a project."""
+    notes: tuple[str, ...] = ()
+    """Lines for the user about choices made for them (the lock's wheel folder taken as the
+    wheelhouse: `local_wheels.lock_wheelhouse`)."""
 
 
 # --- validation (allow-lists; anything else is refused) -------------------------------------
@@ -689,7 +692,8 @@ def _require_local_wheels(lock: Lock, options: RenderOptions) -> None:
         raise UserError(
             f"{names} {'was' if ',' not in names else 'were'} locked from the local wheel "
             f"folder {local[0]!r}, which the build cannot reach on its own",
-            hint=f"pass --find-links {local[0]} (hashes are still checked)",
+            hint=f"pass --find-links {local[0]} (hashes are still checked); `render "
+            "--context` and `image` take that folder themselves when it is here",
             fields={"local_sources": local},
         )
 

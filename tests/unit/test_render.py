@@ -529,7 +529,7 @@ def test_build_context_refuses_a_local_wheel_source_without_find_links(tmp_path:
         f"{first.name} was locked from the local wheel folder '/opt/wheels', "
         "which the build cannot reach on its own"
     )
-    assert err.value.hint == "pass --find-links /opt/wheels (hashes are still checked)"
+    assert err.value.hint.startswith("pass --find-links /opt/wheels (hashes are still checked)")
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     files = render.build_context(

@@ -77,9 +77,12 @@ def command(
                 "left_out": None
                 if result.left_out is None
                 else [entry.to_json() for entry in result.left_out],
+                "notes": list(result.notes),
             }
         )
         return
+    for note in result.notes:
+        click.echo(note, err=True)
     if result.output is None:
         console.line(result.dockerfile.rstrip("\n"))
     else:
