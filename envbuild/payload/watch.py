@@ -31,6 +31,9 @@ except ImportError:  # run as a file inside an image: siblings are top-level
     import telemetry  # type: ignore[no-redef,import-not-found]
 
 WATCH_SCHEMA = 1
+REPORT_MARK = "ENVBUILD-WATCH-REPORT "
+"""With `--out -`: the record's line on stderr (envbuild.smoke.project_step reads it back from
+the container's output, which is all a runner keeps of a container that is gone)."""
 FORWARDED = (signal.SIGINT, signal.SIGTERM)
 
 
@@ -39,7 +42,11 @@ def _args(argv: Sequence[str]) -> argparse.Namespace:
         prog="python -m envbuild.payload.watch",
         description="Run a command and record a GPU/CPU time series while it runs.",
     )
-    parser.add_argument("--out", required=True, help="where the series JSON goes")
+    parser.add_argument(
+        "--out",
+        required=True,
+        help=f"where the series JSON goes; '-': one line '{REPORT_MARK}JSON' on stderr at the end",
+    )
     parser.add_argument("--interval", type=float, default=None, help="seconds (default: measured)")
     parser.add_argument("--max-samples", type=int, default=telemetry.MAX_SAMPLES)
     parser.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
@@ -100,6 +107,11 @@ def run(
 
 
 def _write(path: str, record: dict[str, Any]) -> None:
+    if path == "-":
+        sys.stderr.write(REPORT_MARK + json.dumps(record, sort_keys=True, separators=(",", ":")))
+        sys.stderr.write("\n")
+        sys.stderr.flush()
+        return
     tmp = f"{path}.tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(record, f, indent=1, sort_keys=True)

@@ -14,8 +14,13 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from envbuild.core.errors import SmokeFailed
+from envbuild.core.documents import json_loads
+from envbuild.core.errors import EnvbuildError, SmokeFailed
 from envbuild.engine.protocol import ContainerEngine, ProgressFn, RunResult, RunSpec
+from envbuild.smoke.plan import PAYLOAD_DIR
+
+WATCH_MARK = "ENVBUILD-WATCH-REPORT "
+"""The line the payload's watcher (envbuild/payload/watch.py, `--out -`) ends stderr with."""
 
 TAIL_LINES = 20
 SMOKE_ENV = "ENVBUILD_SMOKE"
@@ -36,9 +41,33 @@ PERMISSION_HINT = (
 )
 
 
+def watched(command: Sequence[str]) -> tuple[str, ...]:
+    """The command under the payload's watcher, which samples the GPUs (utilisation, memory,
+    power, temperature, clocks, throttling) and the command's CPU while it runs, passes its
+    output through and exits with its exit code."""
+    return ("python", f"{PAYLOAD_DIR}/watch.py", "--out", "-", "--", *command)
+
+
+def split_watch(stderr: str) -> tuple[str, dict[str, Any] | None]:
+    """The command's own stderr, and the watcher's record (None when it wrote none)."""
+    head, sep, tail = stderr.rpartition(WATCH_MARK)
+    if not sep:
+        return stderr, None
+    line, _, rest = tail.partition("\n")
+    try:
+        found = json_loads(line)
+    except (EnvbuildError, ValueError):
+        return stderr, None
+    if not isinstance(found, dict):
+        return stderr, None
+    return head + rest, found
+
+
 def record(command: Sequence[str], result: RunResult) -> dict[str, Any]:
-    """What the report keeps of one run of the command; a failed run that could not write a
-    file also keeps a `hint` that says where the runtime user may write."""
+    """What the report keeps of one run of the command (its output without the watcher's
+    line, and the watcher's GPU series as `watch`); a failed run that could not write a file
+    also keeps a `hint` that says where the runtime user may write."""
+    stderr, watch = split_watch(result.stderr)
     done: dict[str, Any] = {
         "command": list(command),
         "ok": result.exit_code == 0 and not result.timed_out,
@@ -46,8 +75,10 @@ def record(command: Sequence[str], result: RunResult) -> dict[str, Any]:
         "timed_out": result.timed_out,
         "duration_s": round(result.duration_s, 3),
         "stdout_tail": _tail(result.stdout),
-        "stderr_tail": _tail(result.stderr),
+        "stderr_tail": _tail(stderr),
     }
+    if watch is not None:
+        done["watch"] = {k: watch[k] for k in ("peaks", "telemetry", "readings") if k in watch}
     if not done["ok"] and any(_PERMISSION.search(line) for line in done["stderr_tail"]):
         done["hint"] = PERMISSION_HINT
     return done
@@ -73,7 +104,7 @@ def run_command(
     progress(f"running the project's smoke command: {shown}")
     spec = dataclasses.replace(
         payload_spec,
-        command=tuple(command),
+        command=watched(command),
         environment={**payload_spec.environment, SMOKE_ENV: "1"},
     )
     result = engine.run(spec)

@@ -338,3 +338,28 @@ def test_watch_needs_a_command() -> None:
     with pytest.raises(SystemExit) as exc:
         watch.main(["--out", "x.json"])
     assert exc.value.code == 2
+
+
+def test_watch_to_stderr_ends_it_with_one_record_line(tmp_path: Path) -> None:
+    # `--out -`: how envbuild.smoke.project_step reads the record back from a container's
+    # output; the child's own stderr comes first, untouched.
+    from envbuild.smoke.project_step import split_watch
+
+    folder = tmp_path / "payload"
+    shutil.copytree(payload_dir(), folder, ignore=shutil.ignore_patterns("__pycache__"))
+    env = dict(os.environ, **{gpu_read.LIB_ENV: "/nonexistent.so"}, PATH="/nonexistent")
+    child = "import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)"
+    CHILD = (sys.executable, "-c")
+    proc = subprocess.run(
+        [sys.executable, "-I", "-S", str(folder / "watch.py"), "--out", "-", "--", *CHILD, child],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 3 and proc.stdout == "out\n"
+    rest, record = split_watch(proc.stderr)
+    assert rest == "err\n"
+    assert record is not None and record["exit_code"] == 3
+    assert record["command"][-1] == child

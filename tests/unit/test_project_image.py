@@ -218,7 +218,11 @@ COMMAND = ("python", "-m", "train", "--steps", "5")
 
 
 def test_smoke_command_runs_after_the_payload_like_the_payload() -> None:
-    engine = TwoRuns(RunResult(0, "step 5 loss 0.1\n", "", duration_s=2.5))
+    # The watcher's record ends stderr (envbuild/payload/watch.py --out -); the command's own
+    # stderr is what stays in the tail.
+    watch = {"peaks": {"samples": 3}, "telemetry": {"series": {"t": [0, 1, 2]}}, "readings": []}
+    stderr = "warn: slow\nENVBUILD-WATCH-REPORT " + json.dumps(watch) + "\n"
+    engine = TwoRuns(RunResult(0, "step 5 loss 0.1\n", stderr, duration_s=2.5))
     seen: list[str] = []
     out = build_and_verify(
         engine,
@@ -227,7 +231,14 @@ def test_smoke_command_runs_after_the_payload_like_the_payload() -> None:
         progress=seen.append,
     )
     payload, command = (spec for name, spec in engine.calls if name == "run")
-    assert command.command == COMMAND
+    assert command.command == (
+        "python",
+        "/opt/envbuild/payload/watch.py",
+        "--out",
+        "-",
+        "--",
+        *COMMAND,
+    )
     assert command.environment["ENVBUILD_SMOKE"] == "1"
     for same in ("image", "gpus", "gpu_attach", "shm_size", "timeout_s", "labels"):
         assert getattr(command, same) == getattr(payload, same)
@@ -240,7 +251,8 @@ def test_smoke_command_runs_after_the_payload_like_the_payload() -> None:
         "timed_out": False,
         "duration_s": 2.5,
         "stdout_tail": ["step 5 loss 0.1"],
-        "stderr_tail": [],
+        "stderr_tail": ["warn: slow"],
+        "watch": watch,
     }
     assert out.to_json()["smoke_command"] == record
     label = json.loads(engine.image_labels("envbuild-test/demo:ok")[REPORT_LABEL])
@@ -354,3 +366,22 @@ def test_no_smoke_command_runs_the_payload_only() -> None:
     out = build_and_verify(engine, make_job(), judge=passing, progress=lambda _: None)
     assert engine.names().count("run") == 1
     assert out.to_json()["smoke_command"] is None
+
+
+@pytest.mark.parametrize(
+    ("stderr", "rest", "watch"),
+    [
+        ("plain\n", "plain\n", None),
+        ('a\nENVBUILD-WATCH-REPORT {"peaks": {}}\n', "a\n", {"peaks": {}}),
+        ("a\nENVBUILD-WATCH-REPORT {not json\n", "a\nENVBUILD-WATCH-REPORT {not json\n", None),
+        ("ENVBUILD-WATCH-REPORT [1]\n", "ENVBUILD-WATCH-REPORT [1]\n", None),
+    ],
+)
+def test_the_watchers_line_is_split_from_the_commands_stderr(
+    stderr: str, rest: str, watch: dict[str, object] | None
+) -> None:
+    from envbuild.smoke.project_step import split_watch
+
+    got_rest, got_watch = split_watch(stderr)
+    assert got_watch == watch
+    assert got_rest == (rest if watch is not None else stderr)
