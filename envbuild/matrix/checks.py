@@ -121,6 +121,29 @@ def _check_arch(row: AnyRow) -> Iterable[str]:
         yield "gpus has an empty name"
     if row.last_driver_branch is not None and not 100 <= row.last_driver_branch <= 999:
         yield f"last_driver_branch {row.last_driver_branch} must be a branch number like 580"
+    yield from _memory_problems(row)
+
+
+def _memory_problems(row: Arch) -> Iterable[str]:
+    """memory_gib: each name is one of the arch's GPUs (or one with a memory variant after it),
+    once; a plausible size; and a datasheet to check it against."""
+    if row.memory_source and not row.memory_gib:
+        yield "memory_source without memory_gib"
+    if not row.memory_gib:
+        return
+    if "https://" not in row.memory_source:
+        yield "memory_gib needs memory_source with the datasheet URL(s) it comes from"
+    names = sorted((_norm_gpu(g) for g in row.gpus), key=len, reverse=True)
+    seen: set[str] = set()
+    for name, gib in row.memory_gib:
+        norm = _norm_gpu(name)
+        if norm in seen:
+            yield f"memory_gib lists {name!r} twice"
+        seen.add(norm)
+        if not any(norm.startswith(g) for g in names if g):
+            yield f"memory_gib name {name!r} is not one of this arch's gpus (or one + a variant)"
+        if not 1 <= gib <= 1024:
+            yield f"memory_gib {name!r} = {gib:g} GiB is not between 1 and 1024"
 
 
 def _check_release(row: AnyRow) -> Iterable[str]:

@@ -446,6 +446,11 @@ def _coerce(type_text: str, value: Any) -> tuple[bool, Any]:
     if t == "tuple[str,...]":
         ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
         return ok, tuple(value) if ok else value
+    if t == "tuple[tuple[str,float],...]":
+        ok = isinstance(value, dict) and all(
+            isinstance(v, int | float) and not isinstance(v, bool) for v in value.values()
+        )
+        return ok, tuple((k, float(v)) for k, v in value.items()) if ok else value
     return False, value  # pragma: no cover - a new field type needs a case here
 
 
@@ -459,6 +464,7 @@ def _type_words(type_text: str) -> str:
         "float": "a number",
         "float|None": "a number",
         "tuple[str,...]": "an array of strings",
+        "tuple[tuple[str,float],...]": 'a table of GPU name = GiB, e.g. { "H100" = 80 }',
     }.get(t, t)
 
 

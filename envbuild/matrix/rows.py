@@ -61,9 +61,16 @@ _LATER_FIELDS: dict[str, frozenset[str]] = {
 so adding a field to the schema does not make every existing lock stale."""
 
 
+_NOT_LOCKED: dict[str, frozenset[str]] = {"Arch": frozenset({"memory_gib", "memory_source"})}
+"""Fields no lock decision reads (the memory fit of a smoke report does): a change to them
+leaves every lock fresh."""
+
+
 def fingerprint_of(row: object) -> str:
     """sha256 of a row's canonical JSON (sorted keys, no whitespace)."""
     data = asdict(row)  # type: ignore[call-overload]
+    for name in _NOT_LOCKED.get(type(row).__name__, frozenset()):
+        data.pop(name, None)
     later = _LATER_FIELDS.get(type(row).__name__, frozenset())
     for f in fields(row):  # type: ignore[arg-type]
         if f.name in later and data[f.name] == f.default:
@@ -120,6 +127,12 @@ class Arch:
     last_driver_branch: int | None = None
     """The newest driver branch that still supports it (Kepler R470; Maxwell, Pascal, Volta
     R580); None = still supported. A driver of a later branch cannot run this GPU."""
+    memory_gib: tuple[tuple[str, float], ...] = ()
+    """(GPU name, memory in GiB) per model of this arch, from NVIDIA's datasheets: the name is one
+    of `gpus`, optionally with its memory variant ("A100 80GB"). The memory fit of a smoke
+    report (`envbuild.smoke.fit`) holds peaks against these."""
+    memory_source: str = ""
+    """Where memory_gib comes from (required with it: the datasheet URLs)."""
 
     @property
     def key(self) -> str:

@@ -13,6 +13,7 @@ from envbuild.core.models import Host, Lock
 from envbuild.cuda.archs import ArchRules
 from envbuild.matrix import Matrix
 from envbuild.preflight.validate import HostVerdict, Preflight, preflight
+from envbuild.smoke.fit import Peak, matrix_memory, memory_of_name
 
 
 @dataclass(frozen=True)
@@ -26,17 +27,26 @@ class FleetView:
     """lock -> its whole NVIDIA_REQUIRE_CUDA ("" for CPU images)."""
     nodes: dict[str, str] = field(default_factory=dict)
     """host (as shown) -> the name its facts record ("" when they record none)."""
+    memory: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """host -> its smallest GPU against a smoke report's peak (`host_memory_fit`); empty
+    without a report."""
 
     @property
     def ok(self) -> bool:
-        return all(r.ok for r in self.results)
+        return all(r.ok for r in self.results) and not self.too_small
+
+    @property
+    def too_small(self) -> list[str]:
+        """Hosts whose GPUs cannot hold the smoke report's peak memory."""
+        return [h for h in self.hosts if self.memory.get(h, {}).get("fits") is False]
 
     def result(self, lock: str, host: str) -> Preflight:
         return next(r for r in self.results if r.lock == lock and r.host == host)
 
     def passing(self, lock: str) -> list[str]:
         """The hosts `lock` runs on (with or without minor-version compatibility), in order."""
-        return [h for h in self.hosts if self.result(lock, h).ok]
+        small = set(self.too_small)
+        return [h for h in self.hosts if self.result(lock, h).ok and h not in small]
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -45,6 +55,7 @@ class FleetView:
             "hosts": list(self.hosts),
             "require_cuda": dict(self.require_cuda),
             "results": [_result_json(r) for r in self.results],
+            "memory_fit": {h: dict(m) for h, m in self.memory.items()},
         }
 
 
@@ -66,6 +77,21 @@ def _result_json(r: Preflight) -> dict[str, Any]:
     return out
 
 
+def host_memory_fit(host: Host, peak: Peak, table: Sequence[tuple[str, float]]) -> dict[str, Any]:
+    """The host's smallest GPU against `peak` (`envbuild.smoke.fit`): its NVML memory when the
+    facts record it, else the matrix's for its name; fits None when neither is known."""
+    sizes = []
+    for gpu in host.gpus:
+        gib = gpu.memory_mib / 1024 if gpu.memory_mib else memory_of_name(gpu.name, table)
+        sizes.append((gib, gpu.name))
+    known = [(gib, name) for gib, name in sizes if gib is not None]
+    need = round(peak.need_gib, 2)
+    if not known:
+        return {"fits": None, "gpu": "", "memory_gib": None, "need_gib": need}
+    gib, name = min(known)
+    return {"fits": need <= gib, "gpu": name, "memory_gib": round(gib, 1), "need_gib": need}
+
+
 def unique_host_names(names: Sequence[str]) -> list[str]:
     """Host names made unique in order: a second "gpu-1" becomes "gpu-1#2"."""
     seen: dict[str, int] = {}
@@ -83,9 +109,11 @@ def fleet_view(
     *,
     matrix: Matrix | None = None,
     rules: ArchRules | None = None,
+    peak: Peak | None = None,
 ) -> FleetView:
     """Which locks run on which hosts, decided without running anything (`matrix`: see
-    `envbuild.preflight.validate.preflight`)."""
+    `envbuild.preflight.validate.preflight`); with `peak` (a smoke report's), each host's
+    memory fit too."""
     names = unique_host_names([h.name for h, _ in hosts])
     results: list[Preflight] = []
     for label, lock in locks:
@@ -99,7 +127,22 @@ def fleet_view(
         gpu_counts={name: len(h.gpus) for (h, _), name in zip(hosts, names, strict=True)},
         require_cuda={label: lock.stack.base_image.require_cuda for label, lock in locks},
         nodes={name: h.name for (h, _), name in zip(hosts, names, strict=True)},
+        memory=_memory(hosts, names, peak, matrix),
     )
+
+
+def _memory(
+    hosts: Sequence[tuple[Host, Mapping[str, Any] | None]],
+    names: Sequence[str],
+    peak: Peak | None,
+    matrix: Matrix | None,
+) -> dict[str, dict[str, Any]]:
+    if peak is None:
+        return {}
+    table = matrix_memory(matrix) if matrix is not None else ()
+    return {
+        name: host_memory_fit(h, peak, table) for (h, _), name in zip(hosts, names, strict=True)
+    }
 
 
 @dataclass(frozen=True)

@@ -108,11 +108,14 @@ def test_fields_added_later_leave_old_fingerprints_alone() -> None:
     turing = next(a for a in m.archs if a.sm == "sm_75")
     assert turing.last_driver_branch is None
     data = dataclasses.asdict(turing)
-    del data["last_driver_branch"]
+    for later in ("last_driver_branch", "memory_gib", "memory_source"):  # memory: never locked
+        del data[later]
     old = hashlib.sha256(
         json.dumps(data, sort_keys=True, separators=(",", ":"), default=str).encode()
     ).hexdigest()
     assert mx.fingerprint_of(turing) == old
+    bigger = dataclasses.replace(turing, memory_gib=(("T4", 32.0),), memory_source="https://x")
+    assert mx.fingerprint_of(bigger) == old
 
 
 def test_lock_refuses_a_pinned_cudnn_that_drops_the_target() -> None:
