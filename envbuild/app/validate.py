@@ -13,8 +13,9 @@ from envbuild import matrix as matrix_data
 from envbuild.app import inputs
 from envbuild.app.smoke import run_in_image
 from envbuild.build.pipeline import LOCK_LABEL
+from envbuild.core.documents import DocumentError, json_loads
 from envbuild.core.errors import EnvbuildError, SmokeFailed, UserError
-from envbuild.core.fsio import write_atomic
+from envbuild.core.fsio import read_input, write_atomic
 from envbuild.core.models import Lock
 from envbuild.engine.protocol import ContainerEngine, RunResult
 from envbuild.host.gpu_attach import GpuChoice, unavailable_message
@@ -28,6 +29,7 @@ from envbuild.preflight.fleet import FleetResult, FleetView, fleet_view
 from envbuild.preflight.validate import Check, ValidateResult
 from envbuild.smoke import plan as smoke
 from envbuild.smoke.container import limits_for, smoke_container
+from envbuild.smoke.fit import Peak, peak_of
 
 
 def validate(
@@ -74,6 +76,7 @@ def _validate(
     host = host_from_facts(facts, gpu_cc=rules_of_validate.gpu_cc_of(matrix))
     pre = rules_of_validate.preflight(lock, host, facts=facts, lock_label=label, matrix=matrix)
     smoke_part: tuple[Check, ...]
+    report: dict[str, Any] | None = None
     if kind == "dir":
         smoke_part = (
             Check(
@@ -87,7 +90,7 @@ def _validate(
         smoke_part = (Check("smoke", "skip", "not run: the pre-flight failed"),)
     else:
         assert engine is not None
-        smoke_part = _run_smoke(engine, target, lock, matrix_overlay, attach or GpuChoice())
+        smoke_part, report = _run_smoke(engine, target, lock, matrix_overlay, attach or GpuChoice())
     return ValidateResult(
         target=label,
         kind=kind,
@@ -95,6 +98,7 @@ def _validate(
         preflight=pre,
         smoke=smoke_part,
         environment=_environment(facts),
+        smoke_report=report,
     )
 
 
@@ -157,9 +161,10 @@ def _run_smoke(
     lock: Lock,
     matrix_overlay: Path | None,
     attach: GpuChoice,
-) -> tuple[Check, ...]:
+) -> tuple[tuple[Check, ...], dict[str, Any] | None]:
     """Run the image's smoke payload on this host's GPUs, attached the way `gpu_attach` says
-    (as `envbuild image` does); its checks as validate checks, after the way used."""
+    (as `envbuild image` does); its checks as validate checks, after the way used, and the
+    payload's report (None when it printed none)."""
     engine.ping()
     attached: tuple[Check, ...] = ()
     way = None
@@ -167,16 +172,19 @@ def _run_smoke(
         way = engine.gpu_attach(want=attach.want, devices=attach.devices)
         if not way.ok:
             message, hint = unavailable_message(way)
-            return (Check("engine-gpu", "fail", message, hint),)
+            return (Check("engine-gpu", "fail", message, hint),), None
         used = f"{way.way} ({', '.join(way.devices)}): {way.reason}"
         attached = (Check("gpu-attach", "pass", used),)
     plan = smoke.plan(lock, allow_cpu=False, matrix=matrix_data.load_matrix_from(matrix_overlay))
     result = run_in_image(engine, image, lock, attach=way)
-    return attached + _smoke_checks(result, image, lock, plan)
+    checks, report = _smoke_checks(result, image, lock, plan)
+    return attached + checks, report
 
 
-def _smoke_checks(result: RunResult, image: str, lock: Lock, plan: SmokePlan) -> tuple[Check, ...]:
-    """The payload's output as validate checks."""
+def _smoke_checks(
+    result: RunResult, image: str, lock: Lock, plan: SmokePlan
+) -> tuple[tuple[Check, ...], dict[str, Any] | None]:
+    """The payload's output as validate checks, and its report."""
     if result.timed_out:
         command = " ".join(smoke.payload_command(allow_cpu=False))
         killed_at = limits_for(lock.smoke).kill_after_s
@@ -187,7 +195,7 @@ def _smoke_checks(result: RunResult, image: str, lock: Lock, plan: SmokePlan) ->
                 f"the smoke payload did not finish in {killed_at} s",
                 f"run it by hand with NCCL_DEBUG=INFO: docker run --rm --gpus all {image} {command}",
             ),
-        )
+        ), None
     try:
         judgement = smoke.judge(result.stdout, plan)
     except (ValueError, SmokeFailed) as exc:
@@ -199,10 +207,11 @@ def _smoke_checks(result: RunResult, image: str, lock: Lock, plan: SmokePlan) ->
                 f"the payload printed no report (exit {result.exit_code}): {exc}; {tail}",
                 "rebuild the image with `envbuild image`; if it persists, report the stderr",
             ),
-        )
-    return rules_of_validate.smoke_checks(
+        ), None
+    checks = rules_of_validate.smoke_checks(
         judgement.report, judgement.ok, judgement.failed, judgement.summary
     )
+    return checks, dict(judgement.report)
 
 
 def validate_fleet(
@@ -215,13 +224,19 @@ def validate_fleet(
     junit: Path | None = None,
     root: Path | None = None,
     matrix_overlay: Path | None = None,
+    smoke_report: Path | None = None,
 ) -> FleetResult:
     """`envbuild validate --hosts FILE`: which locks run on which recorded hosts, and why not;
     nothing is started. With `k8s_job`, also writes one Kubernetes Job per host that passes,
     pinned to it, that smoke-tests `image` there; with `junit`, JUnit XML of the view (one
-    suite per lock and host, one testcase per check), written whatever happens."""
+    suite per lock and host, one testcase per check), written whatever happens. With
+    `smoke_report` (a smoke report JSON), hosts whose GPUs cannot hold its peak memory are
+    marked and get no Job."""
     try:
-        fleet = _fleet(hosts_file, lock_dirs, k8s_job, image, gpus_per_pod, root, matrix_overlay)
+        peak = _peak(smoke_report)
+        fleet = _fleet(
+            hosts_file, lock_dirs, k8s_job, image, gpus_per_pod, root, matrix_overlay, peak
+        )
     except EnvbuildError as err:
         if junit is not None:
             _write_junit_error(junit, f"envbuild.validate.{hosts_file}", err)
@@ -240,6 +255,7 @@ def _fleet(
     gpus_per_pod: int | None,
     root: Path | None,
     matrix_overlay: Path | None,
+    peak: Peak | None = None,
 ) -> FleetResult:
     matrix = matrix_data.load_matrix_from(matrix_overlay)
     gpu_cc = rules_of_validate.gpu_cc_of(matrix)
@@ -256,7 +272,7 @@ def _fleet(
                 "no locks to check: no images/*/envbuild.lock here",
                 hint="pass one or more --lock DIR (an image folder with an envbuild.lock)",
             )
-    view = fleet_view(locks, hosts, matrix=matrix)
+    view = fleet_view(locks, hosts, matrix=matrix, peak=peak)
     if k8s_job is None:
         return FleetResult(view=view)
     jobs = _jobs(view, locks, hosts_file, image, gpus_per_pod)
@@ -266,6 +282,34 @@ def _fleet(
         (j["metadata"]["name"], j["metadata"]["annotations"]["envbuild.node"]) for j in jobs
     )
     return FleetResult(view=view, manifest_path=k8s_job, manifest=manifest, jobs=nodes)
+
+
+def _peak(path: Path | None) -> Peak | None:
+    """The peak memory of a smoke report file: the report itself, or the `--json` output of
+    `envbuild smoke` / `envbuild image` that holds it under "report" / "smoke"."""
+    if path is None:
+        return None
+    try:
+        text = read_input(path, what="--smoke-report")
+    except FileNotFoundError:
+        raise UserError(f"--smoke-report {path} does not exist") from None
+    try:
+        doc = json_loads(text)
+    except DocumentError as exc:
+        raise UserError(f"--smoke-report {path} is not JSON: {exc}") from None
+    if isinstance(doc, dict):
+        for key in ("report", "smoke"):
+            if isinstance(doc.get(key), dict) and "metrics" in doc[key]:
+                doc = doc[key]
+    peak = peak_of(doc if isinstance(doc, dict) else None)
+    if peak is None:
+        raise UserError(
+            f"--smoke-report {path} has no peak device memory (metrics.torch_memory or "
+            "metrics.nvml)",
+            hint="give the report of a GPU smoke run (envbuild smoke --json, or the image's "
+            "envbuild.smoke.report label)",
+        )
+    return peak
 
 
 def _jobs(

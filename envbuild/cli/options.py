@@ -133,3 +133,17 @@ def host_facts(what: str) -> Callable[[F], F]:
         hidden=True,
         help=f"{what} recorded facts (doctor --json output) instead of this host.",
     )
+
+
+def report_page(f: F) -> F:
+    """`--report FILE.html`: the smoke run's page (charts, checks, readings, memory fit)."""
+    from pathlib import Path
+
+    return click.option(
+        "--report",
+        "report_path",
+        type=click.Path(path_type=Path),
+        metavar="FILE.html",
+        help="Also write one self-contained HTML page: telemetry charts, checks, readings, "
+        "memory fit (written on a failure too).",
+    )(f)

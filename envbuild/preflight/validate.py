@@ -742,6 +742,9 @@ class ValidateResult:
     environment: tuple[Check, ...] = ()
     """What this host offers to run containers (engine, GPU runtime/CDI), as doctor sees it:
     reported, never failing the verdict (the smoke run has its own engine checks)."""
+    smoke_report: Mapping[str, Any] | None = None
+    """The payload's report when the smoke test ran and printed one (for --report and the
+    memory fit); None otherwise."""
 
     @property
     def checks(self) -> tuple[Check, ...]:

@@ -13,8 +13,14 @@ from typing import Any, TextIO
 import click
 
 from envbuild.cli import console
-from envbuild.cli.options import build_inputs, gpu_choice, help_epilog, matrix_overlay
-from envbuild.core.errors import SmokeFailed
+from envbuild.cli.options import (
+    build_inputs,
+    gpu_choice,
+    help_epilog,
+    matrix_overlay,
+    report_page,
+)
+from envbuild.core.errors import EnvbuildError, SmokeFailed
 from envbuild.engine import select as engines
 from envbuild.host.gpu_attach import GpuChoice
 from envbuild.render.dockerfile import BuildInputs
@@ -95,6 +101,9 @@ def _print_outcome(doc: dict[str, Any]) -> None:
     else:
         console.line(f"  base:   {doc['base_image']}")
     console.line(f"  labels: {', '.join(doc['labels'])}")
+    fit = doc.get("memory_fit")
+    if fit:
+        console.line(f"  memory: {fit['summary']}")
     attached = doc.get("gpu_attach")
     if attached:
         devices = ", ".join(attached["devices"])
@@ -216,6 +225,7 @@ def _print_failure(err: SmokeFailed) -> None:
 )
 @build_inputs
 @gpu_choice
+@report_page
 @click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")
 def command(
     image_dir: Path,
@@ -231,10 +241,14 @@ def command(
     cache_to: tuple[str, ...],
     build_inputs: BuildInputs,
     gpu: GpuChoice,
+    report_path: Path | None,
     as_json: bool,
 ) -> None:
     """Build IMAGE_DIR's locked image, smoke-test it in a container, tag it only on pass."""
     from envbuild.app import image
+    from envbuild.app import report as page
+
+    page.check_path(report_path)
 
     progress = Progress(sys.stderr, tty=sys.stderr.isatty())
     # A CI runner stops jobs with SIGTERM: turn it into the Ctrl-C path, whose `finally`
@@ -265,13 +279,44 @@ def command(
         progress.close()
         if not as_json:
             _print_failure(err)
+        _failed_page(report_path, image_dir, err, err.fields.get("report"))
+        raise
+    except EnvbuildError as err:
+        _failed_page(report_path, image_dir, err, None)
         raise
     finally:
         if main:
             signal.signal(signal.SIGTERM, previous)
         progress.close()
     doc = outcome.to_json()
+    doc["memory_fit"] = page.memory_fit(outcome.report, matrix_overlay())
+    if report_path is not None:
+        page.write(
+            report_path,
+            title=f"envbuild image {doc['tag']}",
+            ok=True,
+            report=outcome.report,
+            fit=doc["memory_fit"],
+        )
     if as_json:
         console.emit_json(doc)
     else:
         _print_outcome(doc)
+
+
+def _failed_page(
+    path: Path | None, image_dir: Path, err: EnvbuildError, report: dict[str, Any] | None
+) -> None:
+    """A --report page of the failure: what the payload reported (if anything) and the error."""
+    if path is None:
+        return
+    from envbuild.app import report as page
+
+    page.write(
+        path,
+        title=f"envbuild image {image_dir}",
+        ok=False,
+        report=report,
+        fit=page.memory_fit(report, matrix_overlay()),
+        error=err.message,
+    )

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from envbuild.cli import console
-from envbuild.cli.options import help_epilog, matrix_overlay
+from envbuild.cli.options import help_epilog, matrix_overlay, report_page
+from envbuild.core.errors import EnvbuildError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -79,26 +80,50 @@ def render(report: Mapping[str, Any], verdict: SmokeVerdict) -> str:
     help="Plan from this image folder's envbuild.lock (expected versions, driver floor).",
 )
 @click.option("--tier", type=click.IntRange(1, 2), help="1 = seconds, 2 = + training [the plan's].")
+@report_page
 def command(
     as_json: bool,
     allow_cpu: bool,
     plan_file: Path | None,
     lock_dir: Path | None,
     tier: int | None,
+    report_path: Path | None,
 ) -> None:
+    from envbuild.app import report as page
     from envbuild.app import smoke
     from envbuild.smoke.plan import verdict_json
 
-    outcome = smoke.run(
-        allow_cpu=allow_cpu,
-        plan_file=plan_file,
-        lock_dir=lock_dir,
-        tier=tier,
-        matrix_overlay=matrix_overlay(),
-    )
+    page.check_path(report_path)
+
+    try:
+        outcome = smoke.run(
+            allow_cpu=allow_cpu,
+            plan_file=plan_file,
+            lock_dir=lock_dir,
+            tier=tier,
+            matrix_overlay=matrix_overlay(),
+        )
+    except EnvbuildError as err:
+        if report_path is not None:  # the page of a payload that gave no report says why
+            page.write(
+                report_path, title="envbuild smoke", ok=False, report=None, error=err.message
+            )
+        raise
+    fit = page.memory_fit(outcome.report, matrix_overlay())
+    if report_path is not None:
+        page.write(
+            report_path,
+            title="envbuild smoke",
+            ok=outcome.verdict.ok,
+            report=outcome.report,
+            fit=fit,
+            error="" if outcome.verdict.ok else outcome.verdict.summary,
+        )
     if as_json:
-        console.emit_json(verdict_json(outcome.report, outcome.verdict))
+        console.emit_json({**verdict_json(outcome.report, outcome.verdict), "memory_fit": fit})
     else:
         console.line(render(outcome.report, outcome.verdict))
+        if fit:
+            console.line(f"memory: {fit['summary']}")
     if not outcome.verdict.ok:
         raise click.exceptions.Exit(1)

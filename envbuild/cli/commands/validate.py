@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from envbuild.cli import console
-from envbuild.cli.options import gpu_choice, help_epilog, host_facts, matrix_overlay
+from envbuild.cli.options import gpu_choice, help_epilog, host_facts, matrix_overlay, report_page
 from envbuild.core.errors import UserError
 from envbuild.host.gpu_attach import GpuChoice
 
@@ -62,6 +62,13 @@ def render_fleet(doc: dict[str, Any]) -> str:
             continue
         lines += ["", f"{r['lock']} on {r['host']}:"]
         lines += verdict_lines(r, indent="  ")
+    for host, m in sorted((doc.get("memory_fit") or {}).items()):
+        if m.get("fits") is False:
+            lines.append(
+                f"memory: {host}'s {m['gpu']} ({m['memory_gib']:g} GiB) cannot hold the smoke "
+                f"report's peak (needs {m['need_gib']:g} GiB): try bf16 autocast, gradient "
+                "accumulation, activation checkpointing"
+            )
     if doc.get("k8s_job"):
         nodes = ", ".join(j["node"] for j in doc.get("k8s_jobs", []))
         n = len(doc.get("k8s_jobs", []))
@@ -120,6 +127,14 @@ def render_fleet(doc: dict[str, Any]) -> str:
 )
 @click.option("--image", help="With --k8s-job: the image the Job runs (built from --lock).")
 @click.option(
+    "--smoke-report",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="FILE",
+    help="With --hosts: a smoke report JSON (smoke --json, or the image's envbuild.smoke.report "
+    "label): marks hosts whose GPUs cannot hold its peak memory.",
+)
+@report_page
+@click.option(
     "--gpus-per-pod",
     type=click.IntRange(min=1),
     help="With --k8s-job: nvidia.com/gpu per pod [the fewest GPUs of a passing host].",
@@ -137,6 +152,8 @@ def command(
     gpus_per_pod: int | None,
     facts_file: Path | None,
     gpu: GpuChoice,
+    smoke_report: Path | None,
+    report_path: Path | None,
 ) -> None:
     """Check that IMAGE_OR_DIR runs on this host.
 
@@ -164,32 +181,75 @@ def command(
                 "give either IMAGE_OR_DIR (this host) or --hosts FILE (a fleet), not both",
                 hint="for a fleet, name the image folders with --lock DIR",
             )
-        _fleet(hosts_file, lock_dirs, k8s_job, image, gpus_per_pod, junit, as_json)
+        if report_path is not None:
+            raise UserError(
+                "--report is the page of one smoke run, not of a fleet view",
+                hint="drop --report (--json and --junit report the fleet view)",
+            )
+        _fleet(hosts_file, lock_dirs, k8s_job, image, gpus_per_pod, junit, as_json, smoke_report)
         return
     if target is None:
         raise UserError(
             "validate needs IMAGE_OR_DIR, or --hosts FILE for a fleet",
             hint="envbuild validate images/torch-train (a folder) or envbuild validate IMAGE",
         )
-    if lock_dirs or k8s_job or image or gpus_per_pod:
+    if lock_dirs or k8s_job or image or gpus_per_pod or smoke_report:
         raise UserError(
-            "--lock, --k8s-job, --image and --gpus-per-pod belong to the fleet view",
+            "--lock, --k8s-job, --image, --gpus-per-pod and --smoke-report belong to the "
+            "fleet view",
             hint="add --hosts FILE (host facts from `envbuild doctor --json`)",
         )
-    from envbuild.app import validate
+    _single(target, facts_file, junit, gpu, report_path, as_json)
 
-    result = validate.validate(
-        target=target,
-        facts_file=facts_file,
-        junit=junit,
-        matrix_overlay=matrix_overlay(),
-        gpu_attach=gpu,
-    )
+
+def _single(
+    target: str,
+    facts_file: Path | None,
+    junit: Path | None,
+    gpu: GpuChoice,
+    report_path: Path | None,
+    as_json: bool,
+) -> None:
+    """`validate IMAGE_OR_DIR` on this host: the checks, the memory fit, the --report page."""
+    from envbuild.app import report as page
+    from envbuild.app import validate
+    from envbuild.core.errors import EnvbuildError
+
+    page.check_path(report_path)
+    title = f"envbuild validate {target}"
+    try:
+        result = validate.validate(
+            target=target,
+            facts_file=facts_file,
+            junit=junit,
+            matrix_overlay=matrix_overlay(),
+            gpu_attach=gpu,
+        )
+    except EnvbuildError as err:
+        if report_path is not None:
+            page.write(report_path, title=title, ok=False, report=None, error=err.message)
+        raise
     doc = result.to_json()
+    doc["memory_fit"] = page.memory_fit(result.smoke_report, matrix_overlay())
+    if report_path is not None:
+        checks = [
+            {"name": c.name, "status": c.status, "figure": c.detail, "hint": c.next_step}
+            for c in result.checks
+        ]
+        page.write(
+            report_path,
+            title=title,
+            ok=result.ok,
+            report=result.smoke_report,
+            checks=checks,
+            fit=doc["memory_fit"],
+        )
     if as_json:
         console.emit_json(doc)
     else:
         console.line(render_checks(doc))
+        if doc["memory_fit"]:
+            console.line(f"memory: {doc['memory_fit']['summary']}")
     if result.exit_code:
         raise click.exceptions.Exit(result.exit_code)
 
@@ -202,8 +262,10 @@ def _fleet(
     gpus_per_pod: int | None,
     junit: Path | None,
     as_json: bool,
+    smoke_report: Path | None = None,
 ) -> None:
-    """`validate --hosts FILE`: the fleet view, printed; exit 1 when a lock does not run."""
+    """`validate --hosts FILE`: the fleet view, printed; exit 1 when a lock does not run or a
+    host's GPUs cannot hold the --smoke-report's peak memory."""
     from envbuild.app import validate
 
     fleet = validate.validate_fleet(
@@ -214,6 +276,7 @@ def _fleet(
         gpus_per_pod=gpus_per_pod,
         junit=junit,
         matrix_overlay=matrix_overlay(),
+        smoke_report=smoke_report,
     )
     doc = fleet.to_json()
     if as_json:

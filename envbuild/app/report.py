@@ -1,0 +1,70 @@
+"""`--report FILE.html` of `envbuild image`, `smoke` and `validate`, and the memory fit they print.
+
+The page is `envbuild.render.report.page`; it is written atomically (`write_atomic`), and on a
+failure too (it shows what failed). `check_path` refuses a path that cannot be a file before a
+long build rather than after it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from envbuild import matrix as matrix_data
+from envbuild.core.errors import UserError
+from envbuild.core.fsio import write_atomic
+from envbuild.render import report as html
+from envbuild.smoke import fit as memfit
+
+
+def check_path(path: Path | None) -> None:
+    """UserError (exit 2) for a --report that is a folder or under a file."""
+    if path is None:
+        return
+    if path.is_dir():
+        raise UserError(
+            f"--report {path} is a folder", hint="name the page, e.g. --report smoke.html"
+        )
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise UserError(
+                    f"--report {path}: {parent} is a file, not a folder",
+                    hint="name a file in a folder, e.g. --report smoke.html",
+                )
+            break
+
+
+def memory_fit(
+    report: Mapping[str, Any] | None, matrix_overlay: Path | None = None
+) -> dict[str, Any] | None:
+    """The report's memory fit against every GPU the matrix knows the memory of (JSON), or None
+    when the report has no peak."""
+    if not report:
+        return None
+    table = memfit.matrix_memory(matrix_data.load_matrix_from(matrix_overlay))
+    got = memfit.memory_fit(report, table)
+    return got.to_json() if got is not None else None
+
+
+def write(
+    path: Path,
+    *,
+    title: str,
+    ok: bool,
+    report: Mapping[str, Any] | None,
+    checks: Sequence[Mapping[str, Any]] = (),
+    fit: Mapping[str, Any] | None = None,
+    error: str = "",
+) -> None:
+    """Render the page and write it atomically (FileWriteError, exit 3, when it cannot be)."""
+    text = html.page(
+        title=title,
+        verdict="pass" if ok else "fail",
+        report=report,
+        checks=checks,
+        memory_fit=fit,
+        error=error,
+    )
+    write_atomic(path, text)

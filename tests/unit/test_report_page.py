@@ -1,0 +1,185 @@
+"""The HTML report: SVG scaling, the page's content and determinism, and the CLI's --report
+(exit codes, atomic write, a bad path without a traceback)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from envbuild.app import report as report_app
+from envbuild.cli.main import cli
+from envbuild.render import report as html
+from tests.unit.test_validate import HOSTS, make_lock
+from tests.unit.test_validate_cli import write_lock
+
+FIXTURE = Path(__file__).parents[1] / "fixtures/reports/torch-h100x2.json"
+REPORT = json.loads(FIXTURE.read_text())
+SAMPLES = len(REPORT["metrics"]["telemetry"]["series"]["t"])
+
+
+def test_scale_points_maps_the_corners_and_splits_at_gaps() -> None:
+    runs = html.scale_points(
+        [0, 1, 2, 3], [0, 50, None, 100], t_max=3, y_max=100, box=(0, 0, 30, 10)
+    )
+    assert runs == [[(0.0, 10.0), (10.0, 5.0)], [(30.0, 0.0)]]
+    assert html.points_text(runs[0]) == "0,10 10,5"
+
+
+def test_scale_points_clamps_and_survives_a_zero_span() -> None:
+    assert html.scale_points([0], [250], t_max=0, y_max=100, box=(5, 0, 15, 10)) == [[(5.0, 0.0)]]
+    assert html.scale_points([0, 1], [None, None], t_max=1, y_max=1) == []
+
+
+@pytest.mark.parametrize(
+    ("value", "top"), [(0, 1), (1, 1), (1.2, 2), (3, 5), (612, 1000), (39500, 50000), (2.1, 2.5)]
+)
+def test_nice_max(value: float, top: float) -> None:
+    assert html.nice_max(value) == top
+
+
+def test_charts_of_the_fixture() -> None:
+    charts = html.charts(REPORT["metrics"]["telemetry"]["series"])
+    assert [c.title.split(" ")[0] for c in charts] == [
+        "GPU",
+        "GPU",
+        "Power",
+        "Temperature",
+        "SM",
+        "CPU",
+    ]
+    power = charts[2]
+    assert [line.label for line in power.lines] == ["GPU 0", "GPU 0 limit", "GPU 1", "GPU 1 limit"]
+    assert power.lines[0].points == SAMPLES and power.lines[1].dashed
+    assert charts[-1].lines[0].points == SAMPLES - 1  # the first CPU sample has no interval
+
+
+def test_page_content_and_determinism() -> None:
+    fit = report_app.memory_fit(REPORT)
+    text = html.page(title="smoke <x>", verdict="pass", report=REPORT, memory_fit=fit)
+    assert text == html.page(title="smoke <x>", verdict="pass", report=REPORT, memory_fit=fit)
+    assert "smoke &lt;x&gt;" in text  # autoescaped
+    assert not re.search(r"<script|<link|https?://(?!www\.w3\.org/2000/svg)", text)
+    assert text.count("<svg") == 6
+    assert "bf16-tflops" in text and "another process may hold the GPU" in text
+    assert "reading-input-pipeline" in text and "<h2>Readings</h2>" in text
+    assert "does not fit" in text and "<td>L4</td>" in text
+    counts = [int(n) for n in re.findall(r'data-points="(\d+)"', text)]
+    assert counts.count(SAMPLES) == 10  # 5 GPU charts x 2 GPUs
+
+
+def test_page_without_a_report_still_renders() -> None:
+    text = html.page(title="t", verdict="fail", report=None, error="build step failed")
+    assert "build step failed" in text and "No telemetry series" in text and "FAIL" in text
+
+
+def test_check_path_refuses_folders_and_files_as_folders(tmp_path: Path) -> None:
+    from envbuild.core.errors import UserError
+
+    (tmp_path / "f").write_text("x")
+    for bad in (tmp_path, tmp_path / "f" / "r.html"):
+        with pytest.raises(UserError):
+            report_app.check_path(bad)
+    report_app.check_path(tmp_path / "new" / "r.html")
+
+
+def _validate(tmp_path: Path, *args: str) -> tuple[int, str]:
+    folder = tmp_path / "images" / "torch-train"
+    if not folder.exists():
+        write_lock(tmp_path, "torch-train", make_lock())
+    res = CliRunner().invoke(
+        cli,
+        ["validate", str(folder), *args],
+        env={"ENVBUILD_HOST_FACTS": str(HOSTS / "h200-healthy.json")},
+    )
+    assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
+    return res.exit_code, res.output
+
+
+def test_validate_report_is_written_atomically(tmp_path: Path) -> None:
+    out = tmp_path / "pages" / "validate.html"
+    code, output = _validate(tmp_path, "--report", str(out))
+    assert code == 0, output
+    text = out.read_text()
+    assert "envbuild validate" in text and "<td>driver-floor</td>" in text
+    assert [p.name for p in out.parent.iterdir()] == ["validate.html"]  # no temp file left
+
+
+def test_validate_report_bad_paths_exit_2_and_3(tmp_path: Path) -> None:
+    code, output = _validate(tmp_path, "--report", str(tmp_path))
+    assert code == 2 and "is a folder" in output and "Traceback" not in output
+    (tmp_path / "file").write_text("")
+    code, output = _validate(tmp_path, "--report", str(tmp_path / "file" / "r.html"))
+    assert code == 2 and "is a file" in output
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        code, output = _validate(tmp_path, "--report", str(ro / "r.html"))
+    finally:
+        ro.chmod(0o700)
+    import os
+
+    if os.geteuid() != 0:  # root writes anywhere
+        assert code == 3 and "Traceback" not in output
+
+
+def test_validate_report_on_a_failure_is_written(tmp_path: Path) -> None:
+    out = tmp_path / "v.html"
+    folder = write_lock(tmp_path, "torch-train", make_lock())
+    res = CliRunner().invoke(
+        cli,
+        ["validate", str(folder), "--report", str(out)],
+        env={"ENVBUILD_HOST_FACTS": str(HOSTS / "old-driver.json")},
+    )
+    assert res.exit_code == 1
+    assert "FAIL" in out.read_text()
+
+
+def test_fleet_marks_hosts_too_small_for_a_smoke_report(tmp_path: Path) -> None:
+    folder = write_lock(tmp_path, "torch-train", make_lock())
+    big = json.loads(json.dumps(REPORT))
+    big["metrics"]["torch_memory"] = {"reserved_mib": 200 * 1024}
+    rep = tmp_path / "smoke.json"
+    rep.write_text(json.dumps(big))
+    res = CliRunner().invoke(
+        cli,
+        [
+            "validate",
+            "--hosts",
+            str(HOSTS / "h200-healthy.json"),
+            "--lock",
+            str(folder),
+            "--smoke-report",
+            str(rep),
+            "--json",
+        ],
+    )
+    assert res.exit_code == 1, res.output
+    doc = json.loads(res.output)
+    (fit,) = doc["memory_fit"].values()
+    assert fit["fits"] is False and fit["need_gib"] > 200
+    rep.write_text(json.dumps(REPORT))
+    res = CliRunner().invoke(
+        cli,
+        [
+            "validate",
+            "--hosts",
+            str(HOSTS / "h200-healthy.json"),
+            "--lock",
+            str(folder),
+            "--smoke-report",
+            str(rep),
+            "--json",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    assert all(m["fits"] for m in json.loads(res.output)["memory_fit"].values())
+    rep.write_text("{}")
+    res = CliRunner().invoke(
+        cli, ["validate", "--hosts", str(HOSTS / "h200-healthy.json"), "--smoke-report", str(rep)]
+    )
+    assert res.exit_code == 2 and "no peak device memory" in res.output
