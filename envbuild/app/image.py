@@ -327,5 +327,6 @@ def prepare(
         keep_failed=request.keep_failed,
         gpu=request.gpu,
         smoke_command=lock.smoke.command,
+        target_gpus=tuple(lock.targets.gpus),
     )
     return job, make_judge(plan)

@@ -37,14 +37,19 @@ def check_path(path: Path | None) -> None:
 
 
 def memory_fit(
-    report: Mapping[str, Any] | None, matrix_overlay: Path | None = None
+    report: Mapping[str, Any] | None,
+    matrix_overlay: Path | None = None,
+    *,
+    targets: Sequence[str] = (),
+    command: Mapping[str, Any] | None = None,
 ) -> dict[str, Any] | None:
-    """The report's memory fit against every GPU the matrix knows the memory of (JSON), or None
-    when the report has no peak."""
-    if not report:
+    """The run's memory fit (the payload's report and the project's smoke step `command`)
+    against the lock's target GPUs (every GPU the matrix knows the memory of when there are
+    none), as JSON; None when the run has no peak."""
+    if not report and not command:
         return None
     table = memfit.matrix_memory(matrix_data.load_matrix_from(matrix_overlay))
-    got = memfit.memory_fit(report, table)
+    got = memfit.memory_fit(report, memfit.for_targets(table, targets), command)
     return got.to_json() if got is not None else None
 
 

@@ -78,6 +78,8 @@ class ImageJob:
     extra_labels: Mapping[str, str] = field(default_factory=dict)
     gpu: GpuChoice = field(default_factory=GpuChoice)
     smoke_command: tuple[str, ...] = ()
+    target_gpus: tuple[str, ...] = ()
+    """The lock's [targets] gpus: what the memory fit is held against (all known: none)."""
     """The project's own smoke step (`[smoke] command`), run after the payload passed."""
     context_key: str = ""
     """sha256 of what the build reads (context, base image id, builder: `app.image`); a
@@ -150,6 +152,7 @@ class ImageOutcome:
             "saved": dict(self.saved) if self.saved is not None else None,
             "gpu_attach": dict(self.gpu_attach) if self.gpu_attach is not None else None,
             "smoke_command": dict(self.smoke_command) if self.smoke_command else None,
+            "target_gpus": list(job.target_gpus),
             "tag_s": self.tag_s,
             "smoke_reused": dict(self.smoke_reused) if self.smoke_reused else None,
             "unchanged": self.unchanged,

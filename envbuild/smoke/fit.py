@@ -101,7 +101,24 @@ def _number(value: object) -> float | None:
     return None
 
 
-def peak_of(report: Mapping[str, Any] | None) -> Peak | None:
+def peak_of(
+    report: Mapping[str, Any] | None, command: Mapping[str, Any] | None = None
+) -> Peak | None:
+    """The larger need of the payload's peak (`_report_peak`) and the project's own smoke
+    step's (NVML's memory used while it ran, `smoke_command.watch.peaks`); None when neither
+    has one."""
+    found = [p for p in (_report_peak(report), _command_peak(command)) if p is not None]
+    return max(found, key=lambda p: p.need_gib) if found else None
+
+
+def _command_peak(command: Mapping[str, Any] | None) -> Peak | None:
+    watch = (command or {}).get("watch") or {}
+    peaks = watch.get("peaks") if isinstance(watch, Mapping) else None
+    used = _number(peaks.get("mem_used_mib")) if isinstance(peaks, Mapping) else None
+    return Peak(used, "nvml, the project's smoke step") if used is not None else None
+
+
+def _report_peak(report: Mapping[str, Any] | None) -> Peak | None:
     """The report's peak device memory, torch's allocator first; None when it has neither."""
     metrics = (report or {}).get("metrics") or {}
     if not isinstance(metrics, Mapping):
@@ -125,11 +142,32 @@ def fit(peak: Peak, gpus: Iterable[tuple[str, float]]) -> MemoryFit:
 
 
 def memory_fit(
-    report: Mapping[str, Any] | None, gpus: Iterable[tuple[str, float]]
+    report: Mapping[str, Any] | None,
+    gpus: Iterable[tuple[str, float]],
+    command: Mapping[str, Any] | None = None,
 ) -> MemoryFit | None:
-    """`fit` of the report's peak; None when the report has no peak (a CPU run, no NVML)."""
-    peak = peak_of(report)
+    """`fit` of the run's peak (`peak_of`); None when it has none (a CPU run, no NVML)."""
+    peak = peak_of(report, command)
     return fit(peak, gpus) if peak is not None else None
+
+
+def for_targets(
+    table: Sequence[tuple[str, float]], targets: Sequence[str]
+) -> tuple[tuple[str, float], ...]:
+    """The entries of `table` that are the target GPUs (a target "A100" is each of its memory
+    variants, "A100 40GB" and "A100 80GB"); the whole table when there are no targets or none
+    of them has an entry."""
+    wanted = {_norm(t) for t in targets}
+    picked = tuple(
+        (name, gib)
+        for name, gib in table
+        if _norm(name) in wanted
+        or (
+            (m := re.fullmatch(r"(.+)\s+\d+GB", name.strip(), flags=re.IGNORECASE)) is not None
+            and _norm(m[1]) in wanted
+        )
+    )
+    return picked or tuple(table)
 
 
 def matrix_memory(matrix: Matrix) -> tuple[tuple[str, float], ...]:

@@ -123,3 +123,28 @@ def test_host_memory_fit_uses_nvml_memory_then_the_matrix() -> None:
     got = host_memory_fit(big, peak, TABLE)
     assert got["fits"] is True and got["memory_gib"] == 79.6
     assert host_memory_fit(unknown, peak, TABLE)["fits"] is None
+
+
+def test_the_fit_is_held_against_the_locks_target_gpus() -> None:
+    # An H100 + L4 + A100 request: the table is those GPUs (both A100 sizes), not the whole
+    # matrix; without targets (or none known) it is the whole table.
+    table = fit.matrix_memory(matrix_data.load_matrix_from(None))
+    picked = fit.for_targets(table, ["H100", "L4", "A100"])
+    names = {name for name, _ in picked}
+    assert {"H100", "L4", "A100 40GB", "A100 80GB"} <= names
+    assert "T4" not in names and "H200" not in names
+    assert fit.for_targets(table, []) == table
+    assert fit.for_targets(table, ["sm_90"]) == table
+
+
+def test_the_projects_own_step_can_set_the_peak() -> None:
+    # The payload's small transformer used 3 GiB; the project's step (watched) 38 GiB.
+    report = {"metrics": {"nvml": {"mem_used_mib": 3 * 1024}}}
+    command = {"watch": {"peaks": {"mem_used_mib": 38 * 1024, "samples": 40}}}
+    got = fit.memory_fit(report, [("H100", 80.0), ("L4", 24.0)], command)
+    assert got is not None
+    assert got.peak.source == "nvml, the project's smoke step"
+    assert [g.gpu for g in got.too_small] == ["L4"]
+    assert got.summary().startswith("peak 38.0 GiB (nvml, the project's smoke step): fits H100")
+    alone = fit.memory_fit(report, [("L4", 24.0)], None)
+    assert alone is not None and alone.peak.source == "nvml" and not alone.too_small

@@ -289,7 +289,12 @@ def command(
             signal.signal(signal.SIGTERM, previous)
         progress.close()
     doc = outcome.to_json()
-    doc["memory_fit"] = page.memory_fit(outcome.report, matrix_overlay())
+    doc["memory_fit"] = page.memory_fit(
+        outcome.report,
+        matrix_overlay(),
+        targets=doc["target_gpus"],
+        command=doc["smoke_command"],
+    )
     if report_path is not None:
         page.write(
             report_path,
