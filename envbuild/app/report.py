@@ -62,6 +62,7 @@ def write(
     checks: Sequence[Mapping[str, Any]] = (),
     fit: Mapping[str, Any] | None = None,
     error: str = "",
+    command: Mapping[str, Any] | None = None,
 ) -> None:
     """Render the page and write it atomically (FileWriteError, exit 3, when it cannot be)."""
     text = html.page(
@@ -71,5 +72,6 @@ def write(
         checks=checks,
         memory_fit=fit,
         error=error,
+        command=command,
     )
     write_atomic(path, text)

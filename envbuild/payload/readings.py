@@ -19,6 +19,9 @@ except ImportError:  # run as a folder (python /opt/envbuild/payload): siblings 
     import smoke_checks as ck  # type: ignore[no-redef,import-not-found]
 
 MIN_SAMPLES = 5
+MIN_WINDOW = 20
+"""Samples while the GPU works (5 s at the 0.25 s interval) before the input pipeline is
+read: a short run of many phases (the payload's own tier 2) is mostly setup between them."""
 """Fewer samples than this say nothing about a run's shape."""
 ACTIVE_UTIL_PCT = 5
 """A GPU whose utilisation never reaches this was not used by the run (NVML sees every GPU)."""
@@ -61,12 +64,25 @@ def readings(
     return [r for r in out if r is not None]
 
 
+def _busy_window(series: Mapping[str, Any], active: Sequence[Mapping[str, Any]]) -> slice:
+    """The samples from the first to the last in which a used GPU was busy: the start-up
+    before it (imports, loading, building the model) says nothing about the input pipeline."""
+    busy = [
+        i for g in active for i, v in enumerate(_values(g.get("util_pct"))) if v >= ACTIVE_UTIL_PCT
+    ]
+    return slice(min(busy), max(busy) + 1) if busy else slice(0, 0)
+
+
 def _input_pipeline(series: Mapping[str, Any]) -> dict[str, Any] | None:
-    cpu = _values(series.get("cpu_pct"))
     active = _active_gpus(series)
-    if len(cpu) < MIN_SAMPLES or not active:
+    window = _busy_window(series, active)
+    cpu = _values(series.get("cpu_pct"))[window]
+    if not active or len(cpu) < MIN_SAMPLES:
         return None
-    util = max(median(_values(g.get("util_pct"))) for g in active)
+    if len(cpu) < MIN_WINDOW:
+        figure = f"{len(cpu)} samples while the GPU worked: too short a run to read"
+        return ck.check("reading-input-pipeline", TIER, "pass", figure)
+    util = max(median(_values(g.get("util_pct"))[window]) for g in active)
     cpu_med = median(cpu)
     figure = f"median GPU util {util:.0f}%, process CPU {cpu_med:.0f}% of one core"
     if util < UNDERUSED_UTIL_PCT and cpu_med > BUSY_CPU_PCT:

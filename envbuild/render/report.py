@@ -10,6 +10,7 @@ window, which is what the headless-browser test looks at. Same input, same bytes
 from __future__ import annotations
 
 import functools
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -181,6 +182,24 @@ def _check_rows(checks: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
     ]
 
 
+def _command_values(command: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The project's smoke step as the page shows it: the command, how it ended, the charts and
+    readings of the watcher's series (none when it was not watched)."""
+    if not command:
+        return None
+    watch = command.get("watch") or {}
+    telemetry = watch.get("telemetry") or {}
+    argv = [str(a) for a in command.get("command") or []]
+    return {
+        "shown": shlex.join(argv),
+        "exit_code": command.get("exit_code"),
+        "duration_s": command.get("duration_s"),
+        "samples": (watch.get("peaks") or {}).get("samples") or 0,
+        "charts": charts(telemetry.get("series")),
+        "readings": _check_rows(watch.get("readings") or []),
+    }
+
+
 def page(
     *,
     title: str,
@@ -189,9 +208,11 @@ def page(
     checks: Sequence[Mapping[str, Any]] = (),
     memory_fit: Mapping[str, Any] | None = None,
     error: str = "",
+    command: Mapping[str, Any] | None = None,
 ) -> str:
     """The HTML text. `checks` default to the report's; `memory_fit` is `MemoryFit.to_json()`;
-    `error` is what stopped the run (a failed page still shows what there is)."""
+    `error` is what stopped the run (a failed page still shows what there is); `command` is
+    the project's smoke step record (`smoke_command`, with its watcher's series)."""
     report = report or {}
     metrics = report.get("metrics") or {}
     telemetry = metrics.get("telemetry") or {}
@@ -205,6 +226,7 @@ def page(
         "checks": [r for r in rows if not r["name"].startswith("reading-")],
         "readings": [r for r in rows if r["name"].startswith("reading-")],
         "memory_fit": memory_fit,
+        "command": _command_values(command),
         "telemetry": {
             k: telemetry.get(k) for k in ("source", "interval_s", "samples_taken", "cost_pct")
         },

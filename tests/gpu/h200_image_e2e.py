@@ -37,7 +37,11 @@ OUT = Path(os.environ.get("OUT") or REPO / ".e2e" / "h200")
 WORK = Path(os.environ.get("E2E_WORK", "/tmp/h200-e2e"))
 CDI_SPEC = Path(os.environ.get("CDI_DIR", "/etc/cdi")) / "nvidia.yaml"
 BASE_TAG = os.environ.get("BASE_TAG") or "h200-standin/torch-devel:1"
-STEPS = set((os.environ.get("E2E_STEPS") or "main,ext,project").split(","))
+STEPS = set((os.environ.get("E2E_STEPS") or "main,ext,project,real").split(","))
+REAL = Path(os.environ.get("E2E_REAL") or REPO / ".cache" / "real" / "minGPT")
+"""A checkout of a real training repository (karpathy/minGPT: setup.py only, its adder
+project trains a tiny GPT on generated data and saves it to ./out), carried to the machine;
+none of its code is in this repository."""
 OTHER_TAG = "h200-standin/torch-other:1"
 TAG = "envbuild-h200/torch-base"
 CLI = "import sys; from envbuild.cli.main import main; sys.argv[0] = 'envbuild'; main()"
@@ -325,6 +329,54 @@ def project_request(device: dict[str, str] | None) -> dict[str, Any]:
     return out
 
 
+def real_request(device: dict[str, str] | None) -> dict[str, Any]:
+    """A real repository as a new user writes its request: its setup.py read for its
+    dependencies (numpy named too: its code imports it), code installed, its own training
+    step as the smoke command; targets an H100 + L4 fleet (the memory-fit table) on this
+    machine's driver; tier 2, so both the payload and the project's step are watched; the
+    HTML report written beside the results."""
+    out: dict[str, Any] = {"source": str(REAL)}
+    if not (REAL / "setup.py").is_file():
+        out["ok"] = False
+        out["error"] = f"no checkout at {REAL} (carry .cache/real/minGPT)"
+        return out
+    folder = WORK / "minGPT"
+    shutil.copytree(REAL, folder, ignore=shutil.ignore_patterns(".git"))
+    lines = ["[image]", f'base = "{BASE_TAG}"']
+    lines += ['device = "cpu"', ""] if device is None else [""]
+    lines += ["[framework]", 'requirement = "torch"', ""]
+    lines += ["[packages]", 'files = ["setup.py"]', 'requirements = ["numpy"]', ""]
+    lines += ["[project]", 'path = "."', 'command = ["python", "projects/adder/adder.py"]', ""]
+    if device is not None:
+        lines += ["[targets]", 'gpus = ["H100", "L4"]', f'driver = "{device["driver"]}"', ""]
+    lines += ["[smoke]", "tier = 2"]
+    lines += ['command = ["python", "projects/adder/adder.py", "--trainer.max_iters=300"]']
+    (folder / "envbuild.toml").write_text("\n".join(lines) + "\n")
+    out["request"] = "\n".join(lines)
+    out["lock"] = envbuild("lock", str(folder), *offline(device))
+    lock_path = folder / "envbuild.lock"
+    if out["lock"]["rc"] != 0:
+        out["ok"] = False
+        return out
+    sha = hashlib.sha256(lock_path.read_bytes()).hexdigest()
+    report = OUT / "h200-real-mingpt-report.html"
+    step = image(folder, f"{TAG}:mingpt", "--report", str(report), expect=0, lock_sha=sha)
+    doc = step.get("json") or {}
+    command = doc.get("smoke_command") or {}
+    watch = command.get("watch") or {}
+    out["image"] = step
+    out["timings"] = stage_timings(step)
+    out["smoke_command"] = {k: v for k, v in command.items() if k != "watch"}
+    out["project_watch_peaks"] = watch.get("peaks")
+    out["project_readings"] = watch.get("readings")
+    out["payload_peaks"] = ((doc.get("smoke") or {}).get("metrics") or {}).get("nvml")
+    out["memory_fit"] = doc.get("memory_fit")
+    out["report_written"] = report.is_file()
+    samples = (watch.get("peaks") or {}).get("samples") or 0
+    out["ok"] = bool(step["ok"]) and bool(command.get("ok")) and (device is None or samples > 0)
+    return out
+
+
 def metrics(report: dict[str, Any] | None) -> dict[str, Any]:
     report = report or {}
     values = report.get("metrics") or {}
@@ -352,7 +404,7 @@ def save(results: dict[str, Any]) -> None:
     """Every output file from what is known so far: a run cut short still leaves its part."""
     passing = results.get("image") or {}
     validate = results.get("validate") or {}
-    mine = ("faults", "image", "ext", "project")
+    mine = ("faults", "image", "ext", "project", "real")
     files = {
         "h200-image-e2e.json": passing.get("json") or passing,
         "h200-validate-image.json": validate.get("json") or validate,
@@ -360,6 +412,7 @@ def save(results: dict[str, Any]) -> None:
         "h200-timings.json": {k: v for k, v in results.items() if k not in mine},
         "h200-torch-ext-image.json": results.get("ext") or {},
         "h200-torch-project-image.json": results.get("project") or {},
+        "h200-real-mingpt.json": results.get("real") or {},
     }
     for name, doc in files.items():
         (OUT / name).write_text(json.dumps(doc, indent=2) + "\n")
@@ -398,6 +451,10 @@ def main() -> int:
     if "project" in STEPS:
         results["project"] = project_request(device)
         checks["project"] = bool(results["project"]["ok"])
+        save(results)
+    if "real" in STEPS:
+        results["real"] = real_request(device)
+        checks["real_project"] = bool(results["real"]["ok"])
         save(results)
     if "main" in STEPS:
         checks.update(main_request(results, device))

@@ -21,7 +21,9 @@ for deb in "$tmp"/debs/*.deb; do dpkg -x "$deb" "$tmp/x"; done
 for b in usr/sbin/dockerd usr/bin/docker usr/bin/containerd usr/bin/containerd-shim-runc-v2 usr/sbin/runc; do
     install -m 0755 "$tmp/x/$b" "$tmp/bin/"
 done
-tar -C "$tmp" -cJf "$DEST/eng.tar.xz.tmp" bin
+# A dictionary as large as dockerd (94 MB) finds the repeats across the binaries: 52 -> 37 MB,
+# which keeps the bundle, the checkout and a project under the device's 64 MiB carry limit.
+tar -C "$tmp" -cf - bin | xz -9e --lzma2=preset=9e,dict=256MiB -T1 >"$DEST/eng.tar.xz.tmp"
 mv "$DEST/eng.tar.xz.tmp" "$DEST/eng.tar.xz"
 ls "$tmp"/debs/*.deb | sed 's#.*/##' > "$DEST/eng.versions"
 

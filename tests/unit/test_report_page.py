@@ -183,3 +183,26 @@ def test_fleet_marks_hosts_too_small_for_a_smoke_report(tmp_path: Path) -> None:
         cli, ["validate", "--hosts", str(HOSTS / "h200-healthy.json"), "--smoke-report", str(rep)]
     )
     assert res.exit_code == 2 and "no peak device memory" in res.output
+
+
+def test_the_projects_own_step_has_its_section_charts_and_readings() -> None:
+    # The watcher's record of the project's smoke step (smoke_command.watch): its series is
+    # the fixture's, its reading one warning.
+    series = REPORT["metrics"]["telemetry"]["series"]
+    reading = {"name": "reading-throttle", "tier": 2, "status": "warn", "figure": "hw 30%"}
+    command = {
+        "command": ["python", "train.py", "--note", "it's short"],
+        "exit_code": 0,
+        "duration_s": 12.5,
+        "watch": {"peaks": {"samples": 40}, "telemetry": {"series": series}, "readings": [reading]},
+    }
+    alone = html.page(title="t", verdict="pass", report=REPORT)
+    text = html.page(title="t", verdict="pass", report=REPORT, command=command)
+    assert "<h2>The project's smoke step</h2>" in text and "smoke step" not in alone
+    # shlex-quoted, then HTML-escaped by the template's autoescape
+    assert (
+        "<code>python train.py --note &#39;it&#39;&#34;&#39;&#34;&#39;s short&#39;</code>" in text
+    )
+    assert "exit 0 after 12.5 s; 40 samples" in text
+    assert text.count("<polyline") == 2 * alone.count("<polyline")
+    assert "hw 30%" in text and "hw 30%" not in alone

@@ -302,6 +302,7 @@ def command(
             ok=True,
             report=outcome.report,
             fit=doc["memory_fit"],
+            command=doc["smoke_command"],
         )
     if as_json:
         console.emit_json(doc)
@@ -322,6 +323,7 @@ def _failed_page(
         title=f"envbuild image {image_dir}",
         ok=False,
         report=report,
-        fit=page.memory_fit(report, matrix_overlay()),
+        fit=page.memory_fit(report, matrix_overlay(), command=err.fields.get("smoke_command")),
         error=err.message,
+        command=err.fields.get("smoke_command"),
     )
