@@ -288,7 +288,18 @@ def command(
         if main:
             signal.signal(signal.SIGTERM, previous)
         progress.close()
-    doc = outcome.to_json()
+    doc = _passed_doc(outcome, report_path)
+    if as_json:
+        console.emit_json(doc)
+    else:
+        _print_outcome(doc)
+
+
+def _passed_doc(outcome: Any, report_path: Path | None) -> dict[str, Any]:
+    """`image --json` of a pass, with its memory fit; the --report page written."""
+    from envbuild.app import report as page
+
+    doc: dict[str, Any] = outcome.to_json()
     doc["memory_fit"] = page.memory_fit(
         outcome.report,
         matrix_overlay(),
@@ -304,10 +315,7 @@ def command(
             fit=doc["memory_fit"],
             command=doc["smoke_command"],
         )
-    if as_json:
-        console.emit_json(doc)
-    else:
-        _print_outcome(doc)
+    return doc
 
 
 def _failed_page(
