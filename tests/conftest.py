@@ -17,12 +17,12 @@ from hypothesis import settings
 # the developer's ~/.cache: child processes (CLI tests) inherit it.
 os.environ.setdefault("ENVBUILD_CACHE_DIR", tempfile.mkdtemp(prefix="envbuild-test-cache-"))
 # uv is not started ahead of `envbuild lock` (envbuild/lock/headstart.py) in tests that fake it: a
-# kept command would start the real uv beside the fake. tests/unit/test_headstart.py turns
+# kept command would start the real uv beside the fake. tests/unit/lock/test_headstart.py turns
 # it on where it is what is tested.
 os.environ.setdefault("ENVBUILD_NO_HEADSTART", "1")
 # `envbuild lock` takes every package index to answer instead of asking it
 # (envbuild/lock/reach.py): tests fake uv and must not reach the network.
-# tests/unit/test_cli_lock.py fakes the probe where the fallback is what is tested.
+# tests/unit/cli/test_cli_lock.py fakes the probe where the fallback is what is tested.
 os.environ.setdefault("ENVBUILD_NO_INDEX_PROBE", "1")
 
 settings.register_profile("ci", derandomize=True, print_blob=True)

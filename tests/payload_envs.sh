@@ -2,7 +2,7 @@
 # Makes the interpreters the payload's CPU-side tests run under (torch, JAX, TensorFlow are not
 # envbuild dependencies) and prints the variables that point the tests at them:
 #   eval "$(bash tests/payload_envs.sh)"    (.ci/run does this before `make check`)
-# Without these variables tests/unit/test_payload_torch.py and test_payload_frameworks.py skip
+# Without these variables tests/unit/payload/test_payload_torch.py and test_payload_frameworks.py skip
 # with their reason. torch==2.13.0 is the CPU wheel this machine kind keeps in its pip
 # find-links (no download); jax and tensorflow-cpu come from PyPI (~0.6 and ~0.3 GB).
 set -euo pipefail

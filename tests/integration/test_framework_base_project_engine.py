@@ -3,7 +3,7 @@ test_framework_base_engine standing in for an NGC container: images/torch-projec
 pyproject.toml dependencies and extras, a hatchling build backend, its own smoke command) is
 locked under what the base holds, installed with --no-deps, smoke-tested by its own command
 in the candidate, and tagged. (A CUDA extension needs a CUDA devel base: that path is locked in
-tests/unit/test_base_extras.py and built on a GPU machine by tests/gpu/h200_image_e2e.py.)
+tests/unit/lock/test_base_extras.py and built on a GPU machine by tests/gpu/h200_image_e2e.py.)
 Marked e2e and network (PyPI).
 """
 

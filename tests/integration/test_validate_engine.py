@@ -19,7 +19,7 @@ from envbuild.build.pipeline import LOCK_LABEL
 from envbuild.engine.docker import DockerEngine
 from envbuild.lock.format import dumps
 from envbuild.smoke.container import ROLE_LABEL
-from tests.unit.test_validate import HOSTS, make_lock
+from tests.unit.preflight.test_validate import HOSTS, make_lock
 
 pytestmark = pytest.mark.engine
 

@@ -4,7 +4,7 @@ Whatever the bytes, envbuild answers with one `error:` line and its `next:` step
 (bad input) or 1 where the contract says "no" (stale or edited lock, nothing fits, matrix
 problems), never a traceback or exit 70, and a failing run leaves the existing lock byte for
 byte as it was. Hand-picked cases live beside each module's unit tests
-(tests/unit/test_request.py, test_cli_lock.py, test_injection.py, test_matrix_cli.py); these
+(tests/unit/request/test_request.py, test_cli_lock.py, test_injection.py, test_matrix_cli.py); these
 add the cases nobody thought of.
 """
 
@@ -145,7 +145,7 @@ def test_wrong_type_per_key(
     image: Path, monkeypatch: pytest.MonkeyPatch, case: tuple[str, str, Any]
 ) -> None:
     """Exit 2 naming the key, from `lock` (which would write) and `lock --check`."""
-    from tests.unit.test_lockfile import install_fakes
+    from tests.unit.lock.test_lockfile import install_fakes
 
     table, key, value = case
     doc = _base_request()
@@ -177,7 +177,7 @@ def test_unknown_key(
         doc.setdefault(table, {})[key] = "x"
     before = (image / "envbuild.lock").read_bytes()
     (image / "envbuild.toml").write_bytes(_dumps(doc))
-    from tests.unit.test_lockfile import install_fakes
+    from tests.unit.lock.test_lockfile import install_fakes
 
     with monkeypatch.context() as mp:
         install_fakes(mp)

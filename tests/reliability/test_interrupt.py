@@ -3,11 +3,11 @@
 Whatever the moment, the old lock stays readable and intact (or the new one is complete),
 a later `envbuild lock --check` is not confused by anything the dead process left, and the
 next `envbuild lock` finishes and tidies up. The unit tests cover the pieces:
-tests/unit/test_lockfile.py::test_interrupted_write_leaves_old_lock_intact (write_atomic alone)
+tests/unit/lock/test_lockfile.py::test_interrupted_write_leaves_old_lock_intact (write_atomic alone)
 and ::test_concurrent_lock_runs_end_with_one_valid_lock (three lock_image calls at once).
 
 The child runs the real CLI (`envbuild.cli.main.main`) with the fixed matrix, resolver answer and
-recorded uv output of tests/unit/test_lockfile.py (install_fakes): no network.
+recorded uv output of tests/unit/lock/test_lockfile.py (install_fakes): no network.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import pytest
 
 from envbuild.lock import format as lockfile
 from tests.reliability.helpers import REPO, assert_clear_error, run
-from tests.unit.test_lockfile import DEMO_REQUEST, GOLDEN, install_fakes, make_image
+from tests.unit.lock.test_lockfile import DEMO_REQUEST, GOLDEN, install_fakes, make_image
 
 # The child: the CLI with fakes; KILL_AT names a point where it writes MARKER and sleeps, so
 # the parent kills it exactly there ("random" kills after a random delay instead).
@@ -36,7 +36,7 @@ _CHILD = textwrap.dedent(
     import pytest
     from envbuild.cli import main as cli
     from envbuild.lock import format as lockfile
-    from tests.unit.test_lockfile import FakeUv, install_fakes
+    from tests.unit.lock.test_lockfile import FakeUv, install_fakes
 
     point, marker = os.environ["KILL_AT"], Path(os.environ["MARKER"])
     delay = float(os.environ.get("UV_DELAY", "0"))

@@ -1,8 +1,8 @@
 """Tampering: an edited lock, a wheel whose bytes changed behind its pin, and request values
 that try to reach the Dockerfile.
 
-Unit-level cases live with their modules: tests/unit/test_lockfile.py::test_check_edited_body
-(lock_image API), tests/unit/test_injection.py (lock values and render options refused by
+Unit-level cases live with their modules: tests/unit/lock/test_lockfile.py::test_check_edited_body
+(lock_image API), tests/unit/request/test_injection.py (lock values and render options refused by
 render). These go through the command line, and the wheel case through the real engine.
 """
 

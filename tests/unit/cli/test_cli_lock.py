@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from envbuild.cli.main import cli
-from tests.unit.test_lockfile import GOLDEN, install_fakes, make_image
+from tests.unit.lock.test_lockfile import GOLDEN, install_fakes, make_image
 
 
 def run(*args: str) -> tuple[int, str, str]:
@@ -105,7 +105,7 @@ def test_live_relock_of_an_example_is_byte_identical(tmp_path: Path, name: str) 
     # re-locking a fresh copy must give the same bytes (no timestamps, sorted, stable).
     import shutil
 
-    src = Path(__file__).resolve().parents[2] / "images" / name
+    src = Path(__file__).resolve().parents[3] / "images" / name
     dst = tmp_path / "images" / name
     dst.mkdir(parents=True)
     for f in ("envbuild.toml", "envbuild.lock"):
@@ -144,7 +144,7 @@ def _index_and_pypi_stacks(monkeypatch: pytest.MonkeyPatch) -> list[frozenset[st
 
     import envbuild.resolver
     from envbuild.core.models import FrameworkPick
-    from tests.unit.test_lockfile import demo_stack
+    from tests.unit.lock.test_lockfile import demo_stack
 
     pypi = demo_stack()
     best = dataclasses.replace(
@@ -200,7 +200,7 @@ def test_lock_probes_nothing_unless_the_policy_is_auto(
     policy: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import envbuild.lock.reach
-    from tests.unit.test_lockfile import DEMO_REQUEST
+    from tests.unit.lock.test_lockfile import DEMO_REQUEST
 
     install_fakes(monkeypatch)  # the resolver answers 2.10.0 cu128 from PyPI
     monkeypatch.setattr(envbuild.lock.reach, "index_answers", lambda url: pytest.fail("probed"))
@@ -210,7 +210,7 @@ def test_lock_probes_nothing_unless_the_policy_is_auto(
 
 
 def test_a_bad_framework_index_exits_2(tmp_path: Path) -> None:
-    from tests.unit.test_lockfile import DEMO_REQUEST
+    from tests.unit.lock.test_lockfile import DEMO_REQUEST
 
     image = make_image(tmp_path, DEMO_REQUEST + '\n[indexes]\nframework_index = "PyPI"\n')
     code, _, err = run("lock", str(image))
@@ -226,7 +226,7 @@ def test_reach_says_when_no_build_from_an_answering_index_fits() -> None:
     from envbuild.core.errors import UnsatisfiableError
     from envbuild.core.models import FrameworkPick
     from envbuild.request.parse import request_from_flags
-    from tests.unit.test_lockfile import demo_stack
+    from tests.unit.lock.test_lockfile import demo_stack
 
     best = dataclasses.replace(
         demo_stack(),
@@ -253,7 +253,7 @@ def test_a_wheel_folder_that_holds_the_framework_stands_in_for_its_index(
     # images/torch-cpu and the writes-cwd fixture take torch's CPU wheel from a local
     # find_links folder where the PyTorch index does not answer: no probe, no fallback.
     import envbuild.lock.reach
-    from tests.unit.test_lockfile import DEMO_REQUEST
+    from tests.unit.lock.test_lockfile import DEMO_REQUEST
 
     install_fakes(monkeypatch)
     calls = _index_and_pypi_stacks(monkeypatch)
@@ -274,7 +274,7 @@ def test_reach_takes_the_newest_build_a_wheel_folder_holds_when_the_index_is_dow
     from envbuild.app.lock_reach import Reach
     from envbuild.core.models import FrameworkPick, Request, Stack
     from envbuild.request.parse import request_from_flags
-    from tests.unit.test_lockfile import demo_stack
+    from tests.unit.lock.test_lockfile import demo_stack
 
     cpu = "https://download.pytorch.org/whl/cpu"
 

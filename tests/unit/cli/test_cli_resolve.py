@@ -18,7 +18,7 @@ import envbuild.matrix
 from envbuild.cli.main import cli
 from envbuild.core.errors import NoGpuError
 from envbuild.core.models import Host, HostGpu
-from tests.unit.test_resolver import M
+from tests.unit.resolver.test_resolver import M
 
 
 @pytest.fixture
@@ -204,7 +204,7 @@ def test_fixture_resolve_timing_sanity() -> None:
 
 def test_recorded_host_facts_are_targets() -> None:
     # Recorded on a real H200 (tests/fixtures/hosts/README.md): driver 580.159.04.
-    facts = Path(__file__).parent.parent / "fixtures" / "hosts" / "h200-healthy.json"
+    facts = Path(__file__).parent.parent.parent / "fixtures" / "hosts" / "h200-healthy.json"
     r = run("--hosts", str(facts), "--json")
     assert r.exit_code == 0, r.output
     st = json.loads(r.output)["stack"]

@@ -52,7 +52,7 @@ def test_help_imports_nothing_heavy() -> None:
 def test_resolve_and_lock_check_import_nothing_heavy(argv: list[str]) -> None:
     # The two commands CI and editors run most: they read TOML with the stdlib (tomllib) and
     # never render, build, probe or fetch (docs/design.md).
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     code = (
         f"import os, sys; os.chdir({str(root)!r}); sys.argv=['envbuild', *{argv!r}]\n"
         "from envbuild.cli.main import main\n"
@@ -133,7 +133,7 @@ def test_help_imports_no_envbuild_module_it_does_not_run() -> None:
 
 
 def test_resolve_imports_only_what_resolving_uses() -> None:
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     argv = ["resolve", "--json", "--gpu", "H100", "--gpu", "L4", "--driver", "570.124.06"]
     code = (
         f"import os, sys; os.chdir({str(root)!r}); sys.argv=['envbuild', *{argv!r}]\n"

@@ -21,7 +21,7 @@ from envbuild.core.versions import parse_version
 from envbuild.matrix import load_matrix
 from envbuild.resolver import parse_gpu
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 HOSTS = ROOT / "tests" / "fixtures" / "hosts"
 EXAMPLE = ROOT / "images" / "torch-train"
 RESOLVE_H100 = ("resolve", "--gpu", "H100", "--driver", "570.124.06")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from envbuild.core import errors
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[3] / "README.md"
 
 
 def _error_codes() -> set[int]:

@@ -17,10 +17,9 @@ from envbuild.cli.main import cli
 from envbuild.core.errors import SourceUnreachableError
 from envbuild.matrix import collect, read_matrix_files
 from envbuild.matrix.refresh import RefreshResult, pypi
+from tests.unit.matrix.test_refresh_pypi import FakeSession
 
-from .test_refresh_pypi import FakeSession
-
-FIX = Path(__file__).resolve().parents[1] / "fixtures" / "refresh"
+FIX = Path(__file__).resolve().parents[2] / "fixtures" / "refresh"
 DOWN = ("https://download.pytorch.org", "https://hub.docker.com")
 
 TORCH_TOML = """\

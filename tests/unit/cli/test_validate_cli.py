@@ -20,7 +20,7 @@ from envbuild.core.models import Lock
 from envbuild.engine.protocol import RunResult, RunSpec
 from envbuild.host.gpu_attach import Attachment
 from envbuild.lock.format import dumps
-from tests.unit.test_validate import HOSTS, make_lock
+from tests.unit.preflight.test_validate import HOSTS, make_lock
 
 FLEET = ("h200-healthy", "old-driver", "mismatch", "no-toolkit", "small-shm")
 

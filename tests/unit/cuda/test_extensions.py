@@ -23,7 +23,7 @@ from envbuild.render import builder_stage
 from envbuild.render.dockerfile import RenderOptions, build_context, requirements_text
 from tests.sdist import make_sdist
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 EXAMPLE = REPO / "images" / "torch-ext"
 SDIST = EXAMPLE / "wheels" / "envbuild_vecadd-0.1.0.tar.gz"
 H = "sha256:" + "a" * 64

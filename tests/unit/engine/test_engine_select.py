@@ -14,7 +14,7 @@ from envbuild.cli.main import cli
 from envbuild.core.errors import UserError
 from envbuild.engine import select
 
-PACKAGE = Path(__file__).resolve().parents[2] / "envbuild"
+PACKAGE = Path(__file__).resolve().parents[3] / "envbuild"
 
 
 def _engine_option() -> click.Option:

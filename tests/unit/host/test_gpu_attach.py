@@ -23,7 +23,7 @@ from envbuild.host.gpu_attach import (
 )
 from envbuild.host.probe import parse_cdi_spec
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 ENGINES = sorted((FIXTURES / "engines").glob("*.json"))
 
 

@@ -13,7 +13,7 @@ from envbuild.core.errors import NoGpuError, UserError
 from envbuild.engine.facts import parse_docker_info
 from envbuild.host import probe as hostinfo
 
-HOSTS = Path(__file__).resolve().parents[1] / "fixtures" / "hosts"
+HOSTS = Path(__file__).resolve().parents[2] / "fixtures" / "hosts"
 
 # The first line of /proc/driver/nvidia/version as recorded on the H200 (open kernel module)
 # and the shape of the proprietary module's line.

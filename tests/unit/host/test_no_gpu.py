@@ -21,9 +21,9 @@ from envbuild.cli.main import cli
 from envbuild.core.errors import UserError
 from envbuild.engine.protocol import ContainerEngine
 from envbuild.host import probe as hostinfo
-from tests.unit.test_validate_cli import FakeEngine
+from tests.unit.cli.test_validate_cli import FakeEngine
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 NO_DRIVER = ROOT / "tests" / "fixtures" / "hosts" / "no-driver-doctor.json"
 ENV = {"ENVBUILD_HOST_FACTS": str(NO_DRIVER)}
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PACKAGE = ROOT / "envbuild"
 BENCHMARKS = ROOT / "benchmarks"
 SHIPPED = (PACKAGE, ROOT / "templates", ROOT / "matrix")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[2] / "envbuild"
+PACKAGE = Path(__file__).resolve().parents[3] / "envbuild"
 
 STAGES = (
     ("core", "payload"),

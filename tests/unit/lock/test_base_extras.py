@@ -25,7 +25,7 @@ from envbuild.lock.pins import RunResult, find_uv
 from envbuild.matrix import load_matrix_from
 from envbuild.resolver import base as fb
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 WHEELS = REPO / "images" / "torch-ext" / "wheels"
 REF = "nvcr.io/nvidia/pytorch:25.09-py3"
 FACTS = BaseFacts(

@@ -40,10 +40,10 @@ from envbuild.matrix import (
 )
 from envbuild.request.parse import parse_request
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "pydeps"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "pydeps"
 GOLDEN = FIXTURES / "golden-demo.envbuild.lock"
 TORCH_PYLOCK = FIXTURES / "uv-torch-2.10.0-py312-x86_64.pylock.toml"
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 DEMO_REQUEST = """\
 [image]
@@ -62,7 +62,7 @@ gpus = ["H100", "L4"]
 driver = "570.124.06"
 """
 
-SRC = "tests/unit/test_lockfile.py (fixed rows)"
+SRC = "tests/unit/lock/test_lockfile.py (fixed rows)"
 
 
 def demo_matrix(*, cudnn_source: str = SRC) -> Matrix:
@@ -197,9 +197,10 @@ def test_golden_lock_is_byte_exact(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     if os.environ.get("ENVBUILD_REGEN_GOLDEN"):
         GOLDEN.write_text(text)
     assert text == GOLDEN.read_text()
-    # Pinned: a change to the request canonicalisation or the hash recipe must be deliberate.
+    # Pinned: a change to the request canonicalisation or the hash recipe must be deliberate
+    # (last changed when the fixed rows' source named this file at its new path).
     assert outcome.lock.input_hash == (
-        "sha256:c96535e2536995d6ebde2b01c1e4ed88d3205727c209a59f416b9f1ba52c1ccf"
+        "sha256:9811757664ba9a7bd5f7c268d413b2d4334f96bf5b26e32ead1b37a475d5b1de"
     )
 
 
@@ -555,7 +556,7 @@ _LOCK_RUN = textwrap.dedent(
     from pathlib import Path
     import pytest
     from envbuild.app import lock as lock_use_case
-    from tests.unit.test_lockfile import FakeUv, install_fakes
+    from tests.unit.lock.test_lockfile import FakeUv, install_fakes
     mp = pytest.MonkeyPatch()
     install_fakes(mp, uv=FakeUv(delay=0.2))
     print(lock_use_case.lock_image(Path(sys.argv[1])).status)

@@ -3,7 +3,7 @@ groups), requirements files (-r/-c followed), a uv.lock (its pins kept, through 
 `uv export`), the project's build backend; `lock --check` noticing their edits; conflicts
 with the stack worded as the project's.
 
-The matrix, the stack and uv's pins are the fixed ones of tests/unit/test_lockfile.py (no
+The matrix, the stack and uv's pins are the fixed ones of tests/unit/lock/test_lockfile.py (no
 network); uv.lock files are read by the real uv (offline: `uv export --frozen`).
 """
 
@@ -20,10 +20,16 @@ from envbuild.app import lock as lock_use_case
 from envbuild.core.errors import PinError, RequestError, StaleLockError, UnsatisfiableError
 from envbuild.lock import format as lockfile
 from envbuild.lock.pins import RunResult
-from tests.unit.test_lockfile import DEMO_REQUEST, FakeUv, demo_matrix, install_fakes, make_image
+from tests.unit.lock.test_lockfile import (
+    DEMO_REQUEST,
+    FakeUv,
+    demo_matrix,
+    install_fakes,
+    make_image,
+)
 
 UV = Path(sys.executable).parent / "uv"
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "projects"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "projects"
 
 
 class RecordingUv(FakeUv):
@@ -319,7 +325,7 @@ def test_project_range_narrows_the_framework(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import envbuild.resolver
-    from tests.unit.test_lockfile import demo_stack
+    from tests.unit.lock.test_lockfile import demo_stack
 
     image, _ = setup(monkeypatch, tmp_path, "")
     seen: list[str] = []

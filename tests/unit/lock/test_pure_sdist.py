@@ -27,7 +27,7 @@ from envbuild.smoke.plan import _extension_plan
 from tests.golden.fixtures import pure_sdist_lock
 from tests.sdist import make_sdist
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 PUREDEP = REPO / "tests" / "fixtures" / "sdists" / "puredep"
 VECADD = REPO / "images" / "torch-ext" / "wheels" / "envbuild_vecadd-0.1.0.tar.gz"
 

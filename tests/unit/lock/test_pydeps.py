@@ -16,7 +16,7 @@ from envbuild.cuda.wheels import cuda_libs
 from envbuild.lock import pins as pydeps
 from envbuild.lock.pins import PinRequest, RunResult
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "pydeps"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "pydeps"
 TORCH_210 = FIXTURES / "uv-torch-2.10.0-py312-x86_64.pylock.toml"
 TORCH_2141_ARM = FIXTURES / "uv-torch-2.14.1-py311-aarch64.pylock.toml"
 PIP_REPORT = FIXTURES / "pip-report-jinja2-py312-x86_64.json"

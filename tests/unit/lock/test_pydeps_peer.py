@@ -14,7 +14,7 @@ from envbuild.app import lock as lock_use_case
 from envbuild.lock import pins as pydeps
 from envbuild.lock.pins import RunResult
 from envbuild.request.parse import load_request
-from tests.unit.test_lockfile import DEMO_REQUEST, FakeUv, install_fakes, make_image
+from tests.unit.lock.test_lockfile import DEMO_REQUEST, FakeUv, install_fakes, make_image
 
 UV_PIN = """
 [[packages]]

@@ -23,7 +23,7 @@ from envbuild.matrix import (
     refresh,
 )
 
-FIX = Path(__file__).resolve().parents[1] / "fixtures" / "refresh"
+FIX = Path(__file__).resolve().parents[2] / "fixtures" / "refresh"
 SEEN = "2026-11-30"
 
 

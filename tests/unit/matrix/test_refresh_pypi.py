@@ -17,7 +17,7 @@ from envbuild.core.errors import SourceUnreachableError
 from envbuild.matrix import refresh
 from envbuild.matrix.refresh import pypi
 
-FIX = Path(__file__).resolve().parents[1] / "fixtures" / "refresh"
+FIX = Path(__file__).resolve().parents[2] / "fixtures" / "refresh"
 WHEEL_NAME = "cuda_toolkit-12.8.1-py2.py3-none-any.whl"
 WHEEL_URL = f"https://files.pythonhosted.org/packages/xx/{WHEEL_NAME}"
 

@@ -14,7 +14,7 @@ from envbuild.payload import fatbin, smoke_ext
 from envbuild.payload import smoke_checks as ck
 from envbuild.smoke.plan import evaluate
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "fatbin"
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "fatbin"
 
 
 def test_a_real_nvcc_library_lists_its_cubins_and_ptx() -> None:

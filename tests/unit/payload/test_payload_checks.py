@@ -10,7 +10,7 @@ import pytest
 
 from envbuild.payload import smoke_checks as ck
 
-CASES = Path(__file__).resolve().parents[1] / "cases" / "smoke"
+CASES = Path(__file__).resolve().parents[2] / "cases" / "smoke"
 
 
 # --- versions -----------------------------------------------------------------------------------
@@ -378,7 +378,7 @@ def test_topology_from_nvidia_smi_topo_m() -> None:
     from envbuild.payload import smoke_host
 
     text = (
-        Path(__file__).resolve().parents[1] / "fixtures/topology/a100-pairs-topo-m.txt"
+        Path(__file__).resolve().parents[2] / "fixtures/topology/a100-pairs-topo-m.txt"
     ).read_text()
     topo = smoke_host.parse_topo_m(text)
     assert topo is not None

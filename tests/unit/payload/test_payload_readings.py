@@ -15,7 +15,7 @@ import pytest
 
 from envbuild.payload import readings as rd
 
-CASES = Path(__file__).resolve().parents[1] / "cases" / "smoke" / "readings"
+CASES = Path(__file__).resolve().parents[2] / "cases" / "smoke" / "readings"
 
 
 def _cases() -> list[Path]:

@@ -20,8 +20,8 @@ from envbuild.core.resources import payload_dir
 from envbuild.payload import gpu_read, smoke_host, telemetry, watch
 from envbuild.payload import smoke_checks as ck
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-REPO = Path(__file__).resolve().parents[2]
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _build(tmp_path: Path, *defines: str) -> Path:

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from envbuild.cli.main import cli
 from envbuild.lock.format import dumps
 from envbuild.preflight import doctor
-from tests.unit.test_validate import HOSTS, facts, make_lock
+from tests.unit.preflight.test_validate import HOSTS, facts, make_lock
 
 
 def problems(f: dict[str, Any], **kw: Any) -> list[str]:

@@ -21,7 +21,7 @@ from envbuild.matrix import Matrix, load_matrix
 from envbuild.preflight import validate as v
 from envbuild.preflight.fleet import FleetView, fleet_view
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 HOSTS = ROOT / "tests" / "fixtures" / "hosts"
 LOCK_DIR = ROOT / "images" / "torch-train"
 

@@ -21,7 +21,7 @@ from envbuild.core.models import SmokeSettings
 from envbuild.preflight import reports
 from envbuild.smoke.container import limits_for, smoke_container
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 HOSTS = ROOT / "tests" / "fixtures" / "hosts"
 LOCK_DIR = ROOT / "images" / "torch-train"
 SCHEMA = json.loads((ROOT / "tests" / "fixtures" / "k8s" / "job-batch-v1.schema.json").read_text())

@@ -28,12 +28,12 @@ from envbuild.preflight import reports
 from envbuild.preflight import validate as v
 from envbuild.preflight.fleet import fleet_view, unique_host_names
 
-HOSTS = Path(__file__).resolve().parents[1] / "fixtures" / "hosts"
+HOSTS = Path(__file__).resolve().parents[2] / "fixtures" / "hosts"
 
 # NVIDIA_REQUIRE_CUDA as nvidia/cuda images publish it: a CUDA floor OR forward-compatibility
 # clauses per brand and driver branch (tests/cases/validate/require_cuda.json says where from).
 REQUIRE = json.loads(
-    (Path(__file__).resolve().parents[1] / "cases" / "validate" / "require_cuda.json").read_text()
+    (Path(__file__).resolve().parents[2] / "cases" / "validate" / "require_cuda.json").read_text()
 )["images"]
 NV_12_8 = REQUIRE["nvidia/cuda:12.8.1-base-ubuntu24.04"]
 NV_13_0 = REQUIRE["nvidia/cuda:13.0.0-base-ubuntu24.04"]

@@ -13,7 +13,7 @@ from envbuild.matrix import load_matrix_from
 from envbuild.render.dockerfile import RenderOptions, build_context, render_dockerfile
 from tests.golden import fixtures
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SCRIPT = REPO / "templates" / "build-extensions.sh"
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from envbuild.app.image import BuildContext, context_key
 from envbuild.core.errors import UserError
-from tests.unit.test_build import make_job
+from tests.unit.build.test_build import make_job
 
 
 class Engine:

@@ -18,7 +18,7 @@ from envbuild.cli.main import cli
 from envbuild.core.models import ProjectSettings
 from envbuild.request import sourcetree
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 WRITES_CWD = ROOT / "tests" / "fixtures" / "projects" / "writes-cwd"
 TORCH_PROJECT = ROOT / "images" / "torch-project"
 

@@ -22,7 +22,7 @@ from tests.golden import fixtures, regenerate
 GOLDEN = regenerate.GOLDEN_DIR
 CASES = regenerate.cases()
 HADOLINT = shutil.which("hadolint") or str(
-    Path(__file__).resolve().parents[2] / ".venv/bin/hadolint"
+    Path(__file__).resolve().parents[3] / ".venv/bin/hadolint"
 )
 INSTRUCTIONS = {
     "FROM", "RUN", "CMD", "LABEL", "EXPOSE", "ENV", "ADD", "COPY", "ENTRYPOINT", "VOLUME",

@@ -13,10 +13,10 @@ from click.testing import CliRunner
 from envbuild.app import report as report_app
 from envbuild.cli.main import cli
 from envbuild.render import report as html
-from tests.unit.test_validate import HOSTS, make_lock
-from tests.unit.test_validate_cli import write_lock
+from tests.unit.cli.test_validate_cli import write_lock
+from tests.unit.preflight.test_validate import HOSTS, make_lock
 
-FIXTURE = Path(__file__).parents[1] / "fixtures/reports/torch-h100x2.json"
+FIXTURE = Path(__file__).parents[2] / "fixtures/reports/torch-h100x2.json"
 REPORT = json.loads(FIXTURE.read_text())
 SAMPLES = len(REPORT["metrics"]["telemetry"]["series"]["t"])
 

@@ -84,7 +84,7 @@ def test_minimal_request_takes_defaults_and_folder_name() -> None:
 
 
 def test_every_schema_key_is_documented() -> None:
-    doc = (Path(__file__).resolve().parents[2] / "docs" / "request.md").read_text()
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "request.md").read_text()
     for table, keys in SCHEMA.items():
         assert f"[{table}]" in doc
         for key in keys:

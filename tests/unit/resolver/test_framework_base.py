@@ -18,7 +18,7 @@ from envbuild.render.dockerfile import RenderOptions, constraints_text, render_d
 from envbuild.request.parse import parse_request
 from envbuild.resolver import base as fb
 
-RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "bases"
+RECORDED = Path(__file__).resolve().parents[2] / "fixtures" / "bases"
 CPU_PROBE = (RECORDED / "cpu-torch-2.13.0-debian12.txt").read_text()
 MATRIX = load_matrix_from(None)
 REF = "team/torch-base:1"

@@ -54,7 +54,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomlkit as tomllib
 
-CASES = sorted((Path(__file__).parent.parent / "cases" / "ngc").glob("*.toml"))
+CASES = sorted((Path(__file__).parent.parent.parent / "cases" / "ngc").glob("*.toml"))
 MATRIX = load_matrix_from(None)
 REF = "nvcr.io/nvidia/pytorch:25.12-py3"
 ROW_SOURCE = "https://docs.nvidia.com/deeplearning/frameworks/pytorch-release-notes/rel-25-12.html"

@@ -46,7 +46,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomlkit as tomllib
 
-CASES = sorted((Path(__file__).parent.parent / "cases" / "resolve").glob("*.toml"))
+CASES = sorted((Path(__file__).parent.parent.parent / "cases" / "resolve").glob("*.toml"))
 
 
 REQUEST_KEYS = {"framework", "gpus", "driver", "python", "os", "cuda", "flavour", "cpu", "strict"}

@@ -27,7 +27,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomlkit as tomllib
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 TABLES: dict[str, Any] = tomllib.loads(
     (ROOT / "tests" / "cases" / "resolve" / "tables" / "published.toml").read_text("utf-8")
 )

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from envbuild.core.models import Stack, Unsatisfiable
-from tests.unit.test_resolver_cases import CASES, _load, _resolve
+from tests.unit.resolver.test_resolver_cases import CASES, _load, _resolve
 
 # A CUDA range offered as a way out: `--cuda '>=12.6'`, `cuda = "==13.0.*"`.
 CUDA_RANGE = re.compile(r"""(--cuda|cuda =)\s*['"]?[<>=~!]""")

@@ -15,7 +15,7 @@ from envbuild.matrix.parse import check_files
 from envbuild.preflight.fleet import host_memory_fit
 from envbuild.smoke import fit
 
-CASES = json.loads((Path(__file__).parents[1] / "cases/smoke/fit/cases.json").read_text())
+CASES = json.loads((Path(__file__).parents[2] / "cases/smoke/fit/cases.json").read_text())
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])

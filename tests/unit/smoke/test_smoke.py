@@ -25,7 +25,7 @@ from envbuild.matrix import GpuBaseline, Matrix
 from envbuild.payload import smoke_checks as ck
 from envbuild.smoke import plan as smoke
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 RESULTS = ROOT / "benchmarks" / "results"
 
 MATRIX = Matrix(

@@ -28,7 +28,7 @@ from envbuild.smoke.container import (
 )
 from envbuild.smoke.plan import SMOKE_GRACE_S
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 IMAGE_DIR = ROOT / "images" / "torch-train"
 
 
