@@ -3,7 +3,7 @@
 Pure: no I/O, no matrix loading; callers pass what the matrix knows (which capabilities are
 Tegra, which archs were renamed) as an `ArchRules`. The in-image smoke payload keeps its own
 stdlib copy (envbuild/payload/smoke_checks.py `arch_covers`), by design: it must run without
-envbuild installed; tests/unit/test_archs.py checks that both agree on desktop GPUs.
+envbuild installed; tests/unit/cuda/test_archs.py checks that both agree on desktop GPUs.
 
 Rules (CUDA C++ Programming Guide, "Binary Compatibility" and "PTX Compatibility",
 https://docs.nvidia.com/cuda/cuda-c-programming-guide/#binary-compatibility; arch-specific and

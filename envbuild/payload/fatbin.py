@@ -8,7 +8,7 @@ cubin; header size at +4, payload size at +8, the SM number at +28, flags at +40
 payload. Layout: https://github.com/GrigoryEvko/nvopen-tools/blob/main/fatbin/FORMAT_SPECIFICATION.md
 (reverse-engineered from cuobjdump); the flag bits of arch-specific (0x100000, "sm_90a") and
 family (0x200000, "sm_100f") code were read from nvcc 13.0 output
-(tests/fixtures/fatbin/, tests/unit/test_fatbin.py). Read-only and bounded: only the section
+(tests/fixtures/fatbin/, tests/unit/payload/test_fatbin.py). Read-only and bounded: only the section
 is read, and a malformed one yields what was read before it.
 """
 

@@ -1,7 +1,7 @@
 """Pure check logic of the smoke payload: numbers in, one check record out.
 
 Standard library only and no I/O, so every rule here is unit-tested without a GPU or a
-framework (tests/unit/test_payload_checks.py), and `envbuild.smoke.plan` reuses the same rules to
+framework (tests/unit/payload/test_payload_checks.py), and `envbuild.smoke.plan` reuses the same rules to
 re-check a report against its plan. A check record is a dict:
 {"name", "tier", "status": "pass"|"fail"|"warn"|"skip", "figure", "hint"}.
 """

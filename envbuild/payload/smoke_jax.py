@@ -2,7 +2,7 @@
 steps lower the loss and stay on the device (CPU with --allow-cpu), plus the common tier-1
 checks and bf16 TFLOP/s.
 
-Proven on an H200 (GPU path) and on the CPU (jax 0.10.2, tests/unit/test_payload_frameworks.py,
+Proven on an H200 (GPU path) and on the CPU (jax 0.10.2, tests/unit/payload/test_payload_frameworks.py,
 benchmarks/results/cpu-smoke-jax.json).
 """
 

@@ -2,7 +2,7 @@
 a few GradientTape steps (a tf.function, bf16 matmuls on GPUs with bf16) lower the loss and stay
 on the device (CPU with --allow-cpu), plus the common tier-1 checks.
 
-Proven on the CPU (tensorflow-cpu 2.21.0, tests/unit/test_payload_frameworks.py,
+Proven on the CPU (tensorflow-cpu 2.21.0, tests/unit/payload/test_payload_frameworks.py,
 benchmarks/results/cpu-smoke-tf.json); the GPU path follows TensorFlow's documented APIs but
 has not run on a GPU yet.
 """
