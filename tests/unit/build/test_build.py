@@ -28,103 +28,13 @@ from envbuild.core.errors import (
     UserError,
 )
 from envbuild.engine.protocol import BuildResult, ProgressFn, RunResult, RunSpec
+from tests.unit.fakes import FakeEngine
 from envbuild.host.gpu_attach import Attachment
 from envbuild.smoke.container import ROLE_LABEL, shm_mib_for
 from envbuild.smoke.plan import SmokeJudgement, payload_command
 
 LOCK_TEXT = "# envbuild.lock\nname = 'demo'\n"
 SHA = "ab" * 32
-
-
-@dataclass
-class FakeEngine:
-    """Records every call in order; behaviour is set per test."""
-
-    name: str = "fake"
-    nvidia: bool = True
-    ping_error: EnvbuildError | None = None
-    build_error: EnvbuildError | None = None
-    run_result: RunResult | None = None
-    run_raises: BaseException | None = None
-    calls: list[tuple[str, Any]] = field(default_factory=list)
-    images: dict[str, dict[str, str]] = field(default_factory=dict)
-    tags: dict[str, str] = field(default_factory=dict)
-    _n: int = 0
-
-    def _new_id(self) -> str:
-        self._n += 1
-        return f"sha256:{self._n:064x}"
-
-    def ping(self) -> None:
-        self.calls.append(("ping", None))
-        if self.ping_error:
-            raise self.ping_error
-
-    def build(
-        self,
-        *,
-        context: Mapping[str, bytes],
-        labels: Mapping[str, str],
-        progress: ProgressFn,
-        pull: bool = False,
-    ) -> BuildResult:
-        self.calls.append(("build", dict(labels)))
-        progress("Step 1/1 : FROM base")
-        if self.build_error:
-            raise self.build_error
-        image_id = self._new_id()
-        self.images[image_id] = dict(labels)
-        return BuildResult(image_id=image_id)
-
-    def run(self, spec: RunSpec) -> RunResult:
-        self.calls.append(("run", spec))
-        if self.run_raises:
-            raise self.run_raises
-        assert self.run_result is not None
-        return self.run_result
-
-    def tag(self, image_id: str, ref: str, *, labels: Mapping[str, str]) -> str:
-        self.calls.append(("tag", (image_id, ref, dict(labels))))
-        new = self._new_id()
-        self.images[new] = {**self.images[image_id], **labels}
-        self.tags[ref] = new
-        return new
-
-    def remove_image(self, image_id: str) -> None:
-        self.calls.append(("remove_image", image_id))
-        self.images.pop(image_id, None)
-
-    def image_labels(self, ref: str) -> dict[str, str]:
-        return dict(self.images[self.tags.get(ref, ref)])
-
-    def image_exists(self, ref: str) -> bool:
-        return self.tags.get(ref, ref) in self.images
-
-    def image_ids(self, ref: str, *, pull: bool = True) -> tuple[str, str | None]:
-        # As the Docker engine: a ref it does not have is a UserError (nothing is pulled here).
-        image_id = self.tags.get(ref, ref)
-        if image_id not in self.images:
-            raise UserError(f"no image {ref} in the engine")
-        return image_id, None
-
-    def containers(self, label: str) -> list[str]:
-        return []
-
-    def gpu_attach(self, *, want: str = "auto", devices: tuple[str, ...] = ("all",)) -> Attachment:
-        self.calls.append(("gpu_attach", want))
-        way = ("cdi" if want == "auto" else want) if self.nvidia else "none"
-        return Attachment(way, devices, "auto", "fake engine")  # type: ignore[arg-type]
-
-    def push(self, image: str, ref: str, *, progress: ProgressFn) -> str:
-        self.calls.append(("push", (image, ref)))
-        return "sha256:" + "d" * 64
-
-    def save(self, ref: str, dest: Path) -> int:
-        self.calls.append(("save", (ref, dest)))
-        return 0
-
-    def names(self) -> list[str]:
-        return [c[0] for c in self.calls]
 
 
 def make_job(**over: Any) -> ImageJob:

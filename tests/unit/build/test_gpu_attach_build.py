@@ -13,7 +13,8 @@ from envbuild.build.pipeline import build_and_verify
 from envbuild.cli.main import cli
 from envbuild.core.errors import GpuUnavailableError
 from envbuild.host.gpu_attach import GpuChoice
-from tests.unit.build.test_build import OK_RUN, FakeEngine, make_job, passing
+from tests.unit.build.test_build import OK_RUN, make_job, passing
+from tests.unit.fakes import FakeEngine
 
 
 def test_the_way_used_is_in_the_run_the_label_and_the_json() -> None:

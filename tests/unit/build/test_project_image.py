@@ -20,7 +20,8 @@ from envbuild.request.project import template_values
 from envbuild.smoke.plan import SmokeJudgement
 from envbuild.smoke.project_step import PERMISSION_HINT, record
 from tests.golden import fixtures
-from tests.unit.build.test_build import OK_RUN, PASS_REPORT, FakeEngine, make_job, passing
+from tests.unit.build.test_build import OK_RUN, PASS_REPORT, make_job, passing
+from tests.unit.fakes import FakeEngine
 from tests.unit.lock.test_lockfile import demo_matrix
 
 

@@ -22,7 +22,8 @@ from envbuild.engine.protocol import ProgressFn
 from envbuild.engine.registry import push_error, push_kind, split_tag
 from envbuild.render.dockerfile import BuildInputs
 from envbuild.smoke.plan import SmokeJudgement
-from tests.unit.build.test_build import FAIL_RUN, OK_RUN, FakeEngine, failing, make_job, passing
+from tests.unit.build.test_build import FAIL_RUN, OK_RUN, failing, make_job, passing
+from tests.unit.fakes import FakeEngine
 
 DIGEST = "sha256:" + "d" * 64
 

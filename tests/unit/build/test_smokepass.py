@@ -15,7 +15,8 @@ from envbuild.build import passes as smokepass
 from envbuild.build.pipeline import REPORT_LABEL, ImageOutcome, build_and_verify
 from envbuild.cli.commands.image import _print_outcome
 from envbuild.engine.protocol import BuildResult, ProgressFn
-from tests.unit.build.test_build import OK_RUN, FakeEngine, lines, make_job, passing
+from tests.unit.build.test_build import OK_RUN, lines, make_job, passing
+from tests.unit.fakes import FakeEngine
 
 CANDIDATE = "sha256:" + "c" * 64
 

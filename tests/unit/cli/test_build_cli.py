@@ -17,7 +17,8 @@ from envbuild.cli.main import cli
 from envbuild.core.errors import GpuUnavailableError, SmokeFailed, StaleLockError
 from envbuild.render.dockerfile import BuildInputs
 from envbuild.smoke.plan import SmokeJudgement
-from tests.unit.build.test_build import OK_RUN, FakeEngine, make_job
+from tests.unit.build.test_build import OK_RUN, make_job
+from tests.unit.fakes import FakeEngine
 
 
 def _outcome(**over: Any) -> ImageOutcome:

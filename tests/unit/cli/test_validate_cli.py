@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -17,9 +14,8 @@ from envbuild.app import validate as validate_use_case
 from envbuild.cli.main import cli
 from envbuild.core.errors import UserError
 from envbuild.core.models import Lock
-from envbuild.engine.protocol import RunResult, RunSpec
-from envbuild.host.gpu_attach import Attachment
 from envbuild.lock.format import dumps
+from tests.unit.fakes import read_only_engine
 from tests.unit.preflight.test_validate import HOSTS, make_lock
 
 FLEET = ("h200-healthy", "old-driver", "mismatch", "no-toolkit", "small-shm")
@@ -54,56 +50,6 @@ def report_line(*, failing: str | None = None) -> str:
         "host": {"gpus": [{"name": "NVIDIA H200"}]},
     }
     return "ENVBUILD-SMOKE-REPORT " + json.dumps(report)
-
-
-@dataclass
-class FakeEngine:
-    """The ContainerEngine protocol, answering from memory (unit tests of orchestration)."""
-
-    labels: dict[str, str]
-    stdout: str = ""
-    exit_code: int = 0
-    nvidia: bool = True
-    runs: list[RunSpec] = field(default_factory=list)
-    name: str = "fake"
-
-    def ping(self) -> None:
-        return None
-
-    def image_labels(self, ref: str) -> dict[str, str]:
-        return dict(self.labels)
-
-    def gpu_attach(self, *, want: str = "auto", devices: tuple[str, ...] = ("all",)) -> Attachment:
-        way = "cdi" if self.nvidia else "none"
-        return Attachment(way, devices, "auto", "fake engine")  # type: ignore[arg-type]
-
-    def run(self, spec: RunSpec) -> RunResult:
-        self.runs.append(spec)
-        return RunResult(exit_code=self.exit_code, stdout=self.stdout, stderr="")
-
-    def build(self, **_: Any) -> Any:
-        raise AssertionError("validate never builds")
-
-    def tag(self, image_id: str, ref: str, *, labels: Mapping[str, str]) -> str:
-        raise AssertionError("validate never tags")
-
-    def remove_image(self, image_id: str) -> None:
-        raise AssertionError("validate never removes images")
-
-    def image_exists(self, ref: str) -> bool:
-        return True
-
-    def image_ids(self, ref: str, *, pull: bool = True) -> tuple[str, str | None]:
-        raise AssertionError("validate reads the image's labels, not its id")
-
-    def containers(self, label: str) -> list[str]:
-        return []
-
-    def push(self, image: str, ref: str, *, progress: Any) -> str:
-        raise AssertionError("validate never pushes")
-
-    def save(self, ref: str, dest: Path) -> int:
-        raise AssertionError("validate never saves")
 
 
 # --- a folder ------------------------------------------------------------------------------------
@@ -169,7 +115,7 @@ def test_dir_without_lock_is_a_user_error(tmp_path: Path) -> None:
 
 
 def test_image_runs_smoke_after_a_passing_preflight() -> None:
-    engine = FakeEngine(labels={"envbuild.lock": dumps(make_lock())}, stdout=report_line())
+    engine = read_only_engine(labels={"envbuild.lock": dumps(make_lock())}, stdout=report_line())
     result = validate_use_case.validate(
         target="envbuild/torch-train:abc", facts_file=HOSTS / "h200-healthy.json", engine=engine
     )
@@ -183,7 +129,7 @@ def test_image_runs_smoke_after_a_passing_preflight() -> None:
 
 
 def test_image_smoke_failure_exit_6_with_hint() -> None:
-    engine = FakeEngine(
+    engine = read_only_engine(
         labels={"envbuild.lock": dumps(make_lock())},
         stdout=report_line(failing="loss-falling"),
         exit_code=1,
@@ -196,7 +142,9 @@ def test_image_smoke_failure_exit_6_with_hint() -> None:
 
 
 def test_image_without_report_is_a_failed_smoke() -> None:
-    engine = FakeEngine(labels={"envbuild.lock": dumps(make_lock())}, stdout="Segmentation fault")
+    engine = read_only_engine(
+        labels={"envbuild.lock": dumps(make_lock())}, stdout="Segmentation fault"
+    )
     result = validate_use_case.validate(
         target="img", facts_file=HOSTS / "h200-healthy.json", engine=engine
     )
@@ -205,7 +153,7 @@ def test_image_without_report_is_a_failed_smoke() -> None:
 
 
 def test_image_preflight_failure_starts_nothing() -> None:
-    engine = FakeEngine(labels={"envbuild.lock": dumps(make_lock())}, stdout=report_line())
+    engine = read_only_engine(labels={"envbuild.lock": dumps(make_lock())}, stdout=report_line())
     result = validate_use_case.validate(
         target="img", facts_file=HOSTS / "old-driver.json", engine=engine
     )
@@ -215,7 +163,7 @@ def test_image_preflight_failure_starts_nothing() -> None:
 
 
 def test_image_engine_without_gpu_runtime_fails_before_running() -> None:
-    engine = FakeEngine(labels={"envbuild.lock": dumps(make_lock())}, nvidia=False)
+    engine = read_only_engine(labels={"envbuild.lock": dumps(make_lock())}, nvidia=False)
     result = validate_use_case.validate(
         target="img", facts_file=HOSTS / "h200-healthy.json", engine=engine
     )
@@ -226,7 +174,7 @@ def test_image_engine_without_gpu_runtime_fails_before_running() -> None:
 def test_image_not_built_by_envbuild() -> None:
     with pytest.raises(UserError, match=r"carries no envbuild\.lock label"):
         validate_use_case.validate(
-            target="busybox", facts_file=HOSTS / "h200-healthy.json", engine=FakeEngine({})
+            target="busybox", facts_file=HOSTS / "h200-healthy.json", engine=read_only_engine({})
         )
 
 

@@ -21,7 +21,7 @@ from envbuild.cli.main import cli
 from envbuild.core.errors import UserError
 from envbuild.engine.protocol import ContainerEngine
 from envbuild.host import probe as hostinfo
-from tests.unit.cli.test_validate_cli import FakeEngine
+from tests.unit.fakes import FakeEngine
 
 ROOT = Path(__file__).resolve().parents[3]
 NO_DRIVER = ROOT / "tests" / "fixtures" / "hosts" / "no-driver-doctor.json"
@@ -143,5 +143,5 @@ def test_a_missing_folder_under_an_existing_one_is_named_as_such(
         validate_use_case.validate(
             target="images/torch-trian",
             facts_file=NO_DRIVER,
-            engine=cast(ContainerEngine, NoImages(labels={})),
+            engine=cast(ContainerEngine, NoImages(labels={}, read_only=True)),
         )

@@ -10,23 +10,13 @@ from pathlib import Path
 import pytest
 
 from envbuild.app.image import BuildContext, context_key
-from envbuild.core.errors import UserError
 from tests.unit.build.test_build import make_job
+from tests.unit.fakes import FakeEngine
 
 
-class Engine:
-    name = "fake"
-
-    def __init__(self, ids: dict[str, str]) -> None:
-        self.ids = ids
-
-    def image_ids(self, ref: str, *, pull: bool = True) -> tuple[str, str | None]:
-        if ref not in self.ids:
-            raise UserError(f"no image {ref} in the engine")
-        return self.ids[ref], None
-
-    def builder(self) -> str:
-        return "classic builder (fake)"
+def Engine(ids: dict[str, str]) -> FakeEngine:
+    """The shared fake engine holding an image id per reference (and nothing else)."""
+    return FakeEngine(tags=dict(ids), images={image_id: {} for image_id in ids.values()})
 
 
 DOCKERFILE = b"FROM --platform=linux/amd64 base:1 AS builder\nRUN true\nFROM base:1\nCOPY --from=builder /a /a\n"
@@ -54,13 +44,13 @@ def test_wheels_are_read_when_sent(wheel: Path) -> None:
 def test_the_key_follows_the_context_the_base_and_the_builder(wheel: Path) -> None:
     job = replace(make_job(), context=_context(wheel))
     engine = Engine({"base:1": "sha256:1"})
-    key = context_key(engine, job)  # type: ignore[arg-type]
-    assert len(key) == 64 and key == context_key(engine, job)  # type: ignore[arg-type]
+    key = context_key(engine, job)
+    assert len(key) == 64 and key == context_key(engine, job)
     os.utime(wheel, ns=(1, 1))  # a wheel with another mtime
-    assert context_key(engine, job) != key  # type: ignore[arg-type]
-    key = context_key(engine, job)  # type: ignore[arg-type]
+    assert context_key(engine, job) != key
+    key = context_key(engine, job)
     other = replace(job, context=_context(wheel, DOCKERFILE + b"RUN false\n"))
-    assert context_key(engine, other) != key  # type: ignore[arg-type]
-    assert context_key(Engine({"base:1": "sha256:2"}), job) != key  # type: ignore[arg-type]
-    assert context_key(Engine({}), job) == ""  # type: ignore[arg-type]  # the build pulls it
-    assert context_key(engine, replace(job, context={"Dockerfile": DOCKERFILE})) == ""  # type: ignore[arg-type]
+    assert context_key(engine, other) != key
+    assert context_key(Engine({"base:1": "sha256:2"}), job) != key
+    assert context_key(Engine({}), job) == ""  # the build pulls it
+    assert context_key(engine, replace(job, context={"Dockerfile": DOCKERFILE})) == ""
