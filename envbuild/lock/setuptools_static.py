@@ -107,9 +107,10 @@ def read_setup_py(path: Path, rel: str) -> SetupPy:
     """The `setup()` call of `path` (`rel`: its name in messages), parsed, never run."""
     try:
         tree = ast.parse(read_input(path, what="setup.py").decode("utf-8"), filename=rel)
-    except (SyntaxError, UnicodeDecodeError, ValueError) as exc:
+    except (SyntaxError, UnicodeDecodeError, ValueError, MemoryError, RecursionError) as exc:
+        # MemoryError, RecursionError: nesting deeper than the parser takes (`-` x 200000)
         raise RequestError(
-            f"{rel} cannot be parsed: {exc}",
+            f"{rel} cannot be parsed: {exc or type(exc).__name__}",
             hint="fix the file, or list the project's dependencies in [packages] requirements",
             fields={"path": rel},
         ) from None
@@ -124,7 +125,8 @@ def read_setup_py(path: Path, rel: str) -> SetupPy:
             continue
         try:
             args[kw.arg] = ast.literal_eval(kw.value)
-        except ValueError:
+        except (ValueError, TypeError, MemoryError, RecursionError):
+            # TypeError: a literal that cannot be built (`{["a"]: ...}`, an unhashable key)
             args[kw.arg] = None
             if kw.arg in ("install_requires", "extras_require", "python_requires"):
                 unreadable.append(kw.arg)
