@@ -679,7 +679,8 @@ def _installable(folder: Path) -> bool:
         from envbuild.core.fsio import read_input
 
         data = toml_loads(read_input(pyproject, what="pyproject.toml").decode("utf-8"))
-    except (OSError, UnicodeDecodeError, EnvbuildError):
+    except (OSError, ValueError, EnvbuildError):
+        # ValueError: bad TOML (DocumentError) or bad UTF-8; projectdeps says what is wrong
         return True
     return "build-system" in data
 

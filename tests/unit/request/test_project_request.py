@@ -4,6 +4,7 @@ command` (envbuild/request/project.py), parsed strictly like the rest of envbuil
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -180,3 +181,14 @@ def test_framework_base_takes_project_files_and_install() -> None:
     ok = parse(base + '[packages]\nfiles = ["requirements.txt"]\n\n[project]\n')
     assert ok.dependency_files.files == ("requirements.txt",)
     assert ok.project == ProjectSettings(install=True)
+
+
+def test_an_unparsable_pyproject_counts_as_installable(tmp_path: Path) -> None:
+    # Bad TOML raised DocumentError (a ValueError) out of request loading: exit 70 on `lock`;
+    # the lock reads the file again and says what is wrong with it.
+    from envbuild.request.parse import _installable
+
+    (tmp_path / "pyproject.toml").write_text("name = = 1\n")
+    assert _installable(tmp_path) is True
+    (tmp_path / "pyproject.toml").write_bytes(b"\xff\xfe")
+    assert _installable(tmp_path) is True
