@@ -218,11 +218,41 @@ def _reaches(rule: str, folder: str) -> bool:
     return len(parts) > len(names)
 
 
-def _docker_layer(source: str, rules: Sequence[str], *, explicit: bool = False) -> _Layer:
+def _docker_spec(source: str, rules: Sequence[str]) -> Any:
+    """The rules as one matcher; a rule Docker cannot match either (`[z-a]`, a trailing `\\`)
+    is refused naming its source, as `docker build` would refuse the context."""
     import pathspec
 
-    spec = pathspec.GitIgnoreSpec.from_lines([_anchored(r) for r in rules])
-    return _Layer(source=source, base="", spec=spec, explicit=explicit)
+    for rule in rules:
+        try:
+            pathspec.GitIgnoreSpec.from_lines([_anchored(rule)])
+        except Exception:  # pathspec's GitIgnorePatternError, re.error for a bad range
+            raise RequestError(
+                f"{source}: the rule {rule[:200]!r} is not a valid pattern",
+                hint="fix or remove it (Docker's .dockerignore syntax: * ? [a-z] ** and a "
+                "leading !)",
+                fields={"source": source, "rule": rule[:200]},
+            ) from None
+    return pathspec.GitIgnoreSpec.from_lines([_anchored(r) for r in rules])
+
+
+def _docker_layer(source: str, rules: Sequence[str], *, explicit: bool = False) -> _Layer:
+    return _Layer(source=source, base="", spec=_docker_spec(source, rules), explicit=explicit)
+
+
+def _git_lines(lines: Sequence[str]) -> list[str]:
+    """The lines of a `.gitignore` that are patterns: git skips a line it cannot match (a lone
+    `!`, a trailing `\\`, a range such as `[z-a]`) and so does this, where pathspec would raise."""
+    import pathspec
+
+    kept = []
+    for line in lines:
+        try:
+            pathspec.GitIgnoreSpec.from_lines([line])
+        except Exception:  # pathspec's GitIgnorePatternError, re.error for a bad range
+            continue
+        kept.append(line)
+    return kept
 
 
 def _git_layer(path: Path, base: str) -> _Layer:
@@ -230,9 +260,8 @@ def _git_layer(path: Path, base: str) -> _Layer:
 
     text = read_input(path, what=".gitignore").decode("utf-8", "replace")
     source = f"{base}/.gitignore" if base else ".gitignore"
-    return _Layer(
-        source=source, base=base, spec=pathspec.GitIgnoreSpec.from_lines(text.splitlines())
-    )
+    spec = pathspec.GitIgnoreSpec.from_lines(_git_lines(text.splitlines()))
+    return _Layer(source=source, base=base, spec=spec)
 
 
 def _own_files(root: Path, image_dir: Path | None) -> list[str]:
@@ -478,15 +507,11 @@ def collect(
 def top_level(folder: Path, user_rules: Sequence[str]) -> tuple[list[str], list[str]]:
     """The folder and file names at the top of the project that the rules keep (what a build
     backend sees in the image), without reading any file but the `.dockerignore`."""
-    import pathspec
-
     own = folder / ".dockerignore"
     own_text = (
         read_input(own, what=".dockerignore").decode("utf-8", "replace") if own.is_file() else None
     )
-    spec = pathspec.GitIgnoreSpec.from_lines(
-        [_anchored(r) for r in ignore_rules(user_rules, own_text)]
-    )
+    spec = _docker_spec(".dockerignore or [project] ignore", ignore_rules(user_rules, own_text))
     dirs, files = [], []
     for entry in sorted(folder.iterdir()):
         if entry.is_dir() and not spec.match_file(entry.name + "/"):

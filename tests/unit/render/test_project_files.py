@@ -204,3 +204,21 @@ def test_lock_prints_the_line_and_json_has_the_list(capsys: pytest.CaptureFixtur
     lock_command._emit_json(outcome)
     doc = json.loads(capsys.readouterr().out)
     assert doc["left_out"][1] == {"path": "data/a.bin", "why": entries[1].why, "bytes": 3 << 20}
+
+
+def test_a_gitignore_line_git_cannot_match_is_skipped_as_git_skips_it(tmp_path: Path) -> None:
+    # A lone `!`, a bad range and a trailing backslash made pathspec raise: exit 70 on `render`.
+    write(tmp_path, {"train.py": "", "run.log": "", ".gitignore": "!\n[z-a]\nx\\\n*.log\n"})
+    found = sourcetree.survey(tmp_path, ())
+    assert sorted(found.kept) == [".gitignore", "train.py"]
+    assert [e.path for e in found.left_out] == ["run.log"]
+
+
+def test_a_docker_rule_that_cannot_match_is_refused_naming_it(tmp_path: Path) -> None:
+    from envbuild.core.errors import RequestError
+
+    write(tmp_path, {"train.py": ""})
+    with pytest.raises(RequestError, match=r"\[project\] ignore: the rule '\[z-a\]'"):
+        sourcetree.survey(tmp_path, ("[z-a]",))
+    with pytest.raises(RequestError, match="not a valid pattern"):
+        sourcetree.top_level(tmp_path, ("data\\",))
