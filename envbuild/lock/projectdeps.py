@@ -485,13 +485,23 @@ def _uv_lock(reader: Reader, path: Path, extras: Sequence[str], groups: Sequence
         reader.requirements.append(Line(public_pin(reader, line, rel, rel), rel, rel))
 
 
+INDEX_COMPANIONS = frozenset({"torchvision", "torchaudio", "torchtext", "torchdata", "triton"})
+"""Packages the PyTorch index publishes with the framework's build labels ("+cu128"), built
+for the same CUDA as torch (https://download.pytorch.org/whl/cu128 lists them): their label
+names the framework's build, not a different release. Any other package keeps its label."""
+
+
 def public_pin(reader: Reader, text: str, rel: str, origin: str) -> str:
     """`torch==2.9.1+cu128` (a pin from a framework index) as `torch==2.9.1`: the same
     release, whichever index the stack's build comes from; a different release still
-    conflicts with the stack (`narrowed_framework`)."""
+    conflicts with the stack (`narrowed_framework`). Only the framework and its index
+    companions are relabelled: `mylib==1.0+cpu` from a private index is another package than
+    PyPI's mylib 1.0, and stays as written."""
     public = _VARIANT_LABEL.sub(r"\1", text)
     if public != text:
         name = canonicalize_name(Requirement(text).name)
+        if name != reader.framework and name not in INDEX_COMPANIONS:
+            return text
         if name == reader.framework:
             reader.relabelled.add(rel)
         reader.notes.append(

@@ -633,3 +633,23 @@ def test_a_pyproject_without_build_system_is_copied_not_installed_by_default(
     assert "einops>=0.8" in requirement_lines(uv)
     assert "setuptools>=40.8.0" not in requirement_lines(uv)
     assert "install = false" in (image / "envbuild.lock").read_text()
+
+
+@pytest.mark.parametrize(
+    ("pin", "locked"),
+    [
+        ("torch==2.10.0+cu128", "torch==2.10.0"),
+        ("torchvision==0.25.0+cu128", "torchvision==0.25.0"),  # an index companion
+        ("mylib==1.0+cpu", "mylib==1.0+cpu"),  # a private index's own build: kept as written
+        ("numpy==2.2.6", "numpy==2.2.6"),
+    ],
+)
+def test_only_the_framework_and_its_index_companions_lose_their_build_label(
+    tmp_path: Path, pin: str, locked: str
+) -> None:
+    from envbuild.lock.projectdeps import public_pin
+    from envbuild.lock.projectread import Reader
+
+    reader = Reader(tmp_path, export=False, framework="torch")
+    assert public_pin(reader, pin, "uv.lock", "uv.lock") == locked
+    assert bool(reader.notes) == (pin != locked)
