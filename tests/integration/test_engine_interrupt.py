@@ -35,6 +35,14 @@ except KeyboardInterrupt:
 """
 
 
+def _default_sigint() -> None:
+    # A CI job started in the background of a shell without job control runs with SIGINT
+    # ignored, and a child inherits that: Python then never raises KeyboardInterrupt and the
+    # child would sleep through the signal this test sends (seen: a 60 s timeout here only
+    # when .ci/run was started as `nohup bash -c ... &`). Ctrl-C at a terminal is the case.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_sigint_during_smoke_removes_container_and_candidate(
     engine: DockerEngine,
 ) -> None:
@@ -49,6 +57,7 @@ def test_sigint_during_smoke_removes_container_and_candidate(
         stderr=subprocess.STDOUT,
         text=True,
         env={**os.environ, "PYTHONPATH": str(root)},
+        preexec_fn=_default_sigint,
     )
     try:
         candidate = ""
