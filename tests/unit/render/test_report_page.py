@@ -206,3 +206,52 @@ def test_the_projects_own_step_has_its_section_charts_and_readings() -> None:
     assert "exit 0 after 12.5 s; 40 samples" in text
     assert text.count("<polyline") == 2 * alone.count("<polyline")
     assert "hw 30%" in text and "hw 30%" not in alone
+
+
+def test_report_through_a_symlink_keeps_the_link(tmp_path: Path) -> None:
+    target, link = tmp_path / "served.html", tmp_path / "r.html"
+    target.write_text("old")
+    link.symlink_to(target)
+    report_app.check_path(link)
+    report_app.write(link, title="t", ok=True, report=None)
+    assert link.is_symlink() and "<html" in target.read_text()
+
+
+def test_report_to_a_character_device_streams_into_it(tmp_path: Path) -> None:
+    # /dev/stdout is a link to a terminal or pipe: a rename would replace the link in /dev.
+    link = tmp_path / "out"
+    link.symlink_to("/dev/null")
+    report_app.check_path(link)
+    report_app.write(link, title="t", ok=True, report=None)
+    assert link.is_symlink() and Path("/dev/null").is_char_device()
+
+
+def test_report_to_a_fifo_streams_or_says_nobody_reads(tmp_path: Path) -> None:
+    import os
+    import threading
+
+    from envbuild.core.errors import UserError
+
+    fifo = tmp_path / "page"
+    os.mkfifo(fifo)
+    with pytest.raises(UserError, match="no process reads"):
+        report_app.write(fifo, title="t", ok=True, report=None)
+    fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # the reader is there before the write
+    os.set_blocking(fd, True)
+    got: list[str] = []
+    with os.fdopen(fd, encoding="utf-8") as end:
+        reader = threading.Thread(target=lambda: got.append(end.read()))
+        reader.start()
+        report_app.write(fifo, title="t", ok=True, report=None)
+        reader.join(timeout=10)
+    assert fifo.is_fifo() and "<html" in got[0]
+
+
+def test_report_dangling_symlink_is_a_user_error(tmp_path: Path) -> None:
+    from envbuild.core.errors import UserError
+
+    link = tmp_path / "r.html"
+    link.symlink_to(tmp_path / "gone" / "x.html")
+    with pytest.raises(UserError, match="does not exist"):
+        report_app.check_path(link)
+    assert not (tmp_path / "gone").exists()
