@@ -10,6 +10,7 @@ signal N ended it, 127 when it could not start). Standard library only.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -107,16 +108,26 @@ def run(
 
 
 def _write(path: str, record: dict[str, Any]) -> None:
-    if path == "-":
-        sys.stderr.write(REPORT_MARK + json.dumps(record, sort_keys=True, separators=(",", ":")))
-        sys.stderr.write("\n")
-        sys.stderr.flush()
-        return
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(record, f, indent=1, sort_keys=True)
-        f.write("\n")
-    os.replace(tmp, path)
+    """The record to `path`, or on stderr for "-". A path that cannot be written (no such
+    folder, read-only, full) puts the record on stderr instead: the watcher must pass the
+    child's exit code on, not end a finished training run with a traceback."""
+    if path != "-":
+        tmp = f"{path}.tmp"
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(record, f, indent=1, sort_keys=True)
+                f.write("\n")
+            os.replace(tmp, path)
+            return
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            print(
+                f"watch: cannot write {path}: {exc}; the record follows on stderr", file=sys.stderr
+            )
+    sys.stderr.write(REPORT_MARK + json.dumps(record, sort_keys=True, separators=(",", ":")))
+    sys.stderr.write("\n")
+    sys.stderr.flush()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -363,3 +363,19 @@ def test_watch_to_stderr_ends_it_with_one_record_line(tmp_path: Path) -> None:
     assert rest == "err\n"
     assert record is not None and record["exit_code"] == 3
     assert record["command"][-1] == child
+
+
+def test_watch_out_that_cannot_be_written_keeps_the_exit_code(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "no-such-folder" / "series.json"
+    rc = watch.run(
+        [sys.executable, "-c", "raise SystemExit(4)"],
+        str(out),
+        interval=0.02,
+        open_reader=lambda: (FakeReader([20]), None),
+    )
+    err = capsys.readouterr().err
+    assert rc == 4 and "cannot write" in err
+    assert json.loads(err.rpartition(watch.REPORT_MARK)[2])["exit_code"] == 4
+    assert list(tmp_path.iterdir()) == []
