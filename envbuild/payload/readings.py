@@ -67,8 +67,13 @@ def readings(
 def _busy_window(series: Mapping[str, Any], active: Sequence[Mapping[str, Any]]) -> slice:
     """The samples from the first to the last in which a used GPU was busy: the start-up
     before it (imports, loading, building the model) says nothing about the input pipeline."""
+    # Positions in the series' columns, Nones kept: a sample the reader missed (None) must not
+    # shift the window against the cpu_pct column.
     busy = [
-        i for g in active for i, v in enumerate(_values(g.get("util_pct"))) if v >= ACTIVE_UTIL_PCT
+        i
+        for g in active
+        for i, v in enumerate(g.get("util_pct") or [])
+        if v is not None and v >= ACTIVE_UTIL_PCT
     ]
     return slice(min(busy), max(busy) + 1) if busy else slice(0, 0)
 
@@ -76,13 +81,13 @@ def _busy_window(series: Mapping[str, Any], active: Sequence[Mapping[str, Any]])
 def _input_pipeline(series: Mapping[str, Any]) -> dict[str, Any] | None:
     active = _active_gpus(series)
     window = _busy_window(series, active)
-    cpu = _values(series.get("cpu_pct"))[window]
+    cpu = _values((series.get("cpu_pct") or [])[window])
     if not active or len(cpu) < MIN_SAMPLES:
         return None
     if len(cpu) < MIN_WINDOW:
         figure = f"{len(cpu)} samples while the GPU worked: too short a run to read"
         return ck.check("reading-input-pipeline", TIER, "pass", figure)
-    util = max(median(_values(g.get("util_pct"))[window]) for g in active)
+    util = max(median(_values((g.get("util_pct") or [])[window]) or [0.0]) for g in active)
     cpu_med = median(cpu)
     figure = f"median GPU util {util:.0f}%, process CPU {cpu_med:.0f}% of one core"
     if util < UNDERUSED_UTIL_PCT and cpu_med > BUSY_CPU_PCT:

@@ -47,3 +47,13 @@ def test_no_series_no_readings() -> None:
     assert rd.readings(None) == []
     assert rd.readings({}) == []
     assert rd.readings({}, {"reserved_mib": None, "max_allocated_mib": 1.0}) == []
+
+
+def test_input_pipeline_window_is_not_shifted_by_missed_samples() -> None:
+    # 30 start-up samples (CPU busy, GPU idle; the first 15 missed by the reader), then 25 of
+    # training with the GPU at 30% and the CPU nearly idle: no input-pipeline warning.
+    util = [None] * 15 + [0] * 15 + [30] * 25
+    cpu = [100.0] * 30 + [10.0] * 25
+    series = {"t": [float(i) for i in range(55)], "cpu_pct": cpu, "gpus": [{"util_pct": util}]}
+    got = {r["name"]: r for r in rd.readings(series)}["reading-input-pipeline"]
+    assert got["status"] == "pass" and "CPU 10%" in got["figure"]
