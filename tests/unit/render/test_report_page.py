@@ -229,6 +229,7 @@ def test_report_to_a_character_device_streams_into_it(tmp_path: Path) -> None:
 def test_report_to_a_fifo_streams_or_says_nobody_reads(tmp_path: Path) -> None:
     import os
     import threading
+    import time
 
     from envbuild.core.errors import UserError
 
@@ -238,13 +239,26 @@ def test_report_to_a_fifo_streams_or_says_nobody_reads(tmp_path: Path) -> None:
         report_app.write(fifo, title="t", ok=True, report=None)
     fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # the reader is there before the write
     os.set_blocking(fd, True)
-    got: list[str] = []
-    with os.fdopen(fd, encoding="utf-8") as end:
-        reader = threading.Thread(target=lambda: got.append(end.read()))
-        reader.start()
-        report_app.write(fifo, title="t", ok=True, report=None)
-        reader.join(timeout=10)
-    assert fifo.is_fifo() and "<html" in got[0]
+    got: list[bytes] = []
+
+    def drain() -> None:  # EOF before the writer opened is no EOF: wait for the first bytes
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            chunk = os.read(fd, 1 << 16)
+            if chunk:
+                got.append(chunk)
+            elif got:
+                return
+            else:
+                time.sleep(0.01)
+
+    reader = threading.Thread(target=drain)
+    reader.start()
+    report_app.write(fifo, title="t", ok=True, report=None)
+    reader.join(timeout=10)
+    os.close(fd)
+    got = [b"".join(got)]
+    assert fifo.is_fifo() and "<html" in got[0].decode()
 
 
 def test_report_dangling_symlink_is_a_user_error(tmp_path: Path) -> None:
