@@ -115,17 +115,29 @@ def _line(
     return Line(label, colour, tuple(points_text(r) for r in runs), sum(map(len, runs)), **kw)
 
 
+def _mapping(value: object) -> Mapping[str, Any]:
+    """`value` when it is a table, else an empty one: a report comes from inside an image,
+    which may hold anything; a part of the wrong type is shown as missing, never a crash."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: object) -> list[Any]:
+    return list(value) if isinstance(value, list | tuple) else []
+
+
 def charts(series: Mapping[str, Any] | None) -> tuple[Chart, ...]:
-    """The report's charts of a telemetry series (none without samples)."""
-    series = series or {}
-    t = [float(x) for x in series.get("t") or []]
-    if not t:
+    """The report's charts of a telemetry series (none without samples, or when its times are
+    not all numbers)."""
+    series = _mapping(series)
+    times = _numbers(_list(series.get("t")))
+    if not times or any(x is None for x in times):
         return ()
+    t = [float(x) for x in times if x is not None]
     t_max = max(t[-1], 1e-9)
-    gpus = [g for g in series.get("gpus") or [] if isinstance(g, Mapping)]
+    gpus = [g for g in _list(series.get("gpus")) if isinstance(g, Mapping)]
     out = []
     for field, title, unit in CHARTS:
-        columns = [_numbers(g.get(field) or []) for g in gpus]
+        columns = [_numbers(_list(g.get(field))) for g in gpus]
         limits = _numbers([g.get("power_limit_w") if field == "power_w" else None for g in gpus])
         top = max(
             [v for c in columns for v in c if v is not None] + [x for x in limits if x], default=0.0
@@ -151,7 +163,7 @@ def charts(series: Mapping[str, Any] | None) -> tuple[Chart, ...]:
                     )
                 )
         out.append(Chart(title, unit, y_max, t_max, tuple(lines)))
-    cpu = _numbers(series.get("cpu_pct") or [])
+    cpu = _numbers(_list(series.get("cpu_pct")))
     cpu_top = nice_max(max([v for v in cpu if v is not None] + [100.0]))
     cpu_line = _line("process", COLOURS[0], t, cpu, t_max=t_max, y_max=cpu_top)
     out.append(Chart("CPU use (100% = one core)", "%", cpu_top, t_max, (cpu_line,)))
@@ -185,18 +197,18 @@ def _check_rows(checks: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
 def _command_values(command: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """The project's smoke step as the page shows it: the command, how it ended, the charts and
     readings of the watcher's series (none when it was not watched)."""
-    if not command:
+    if not isinstance(command, Mapping) or not command:
         return None
-    watch = command.get("watch") or {}
-    telemetry = watch.get("telemetry") or {}
-    argv = [str(a) for a in command.get("command") or []]
+    watch = _mapping(command.get("watch"))
+    telemetry = _mapping(watch.get("telemetry"))
+    argv = [str(a) for a in _list(command.get("command"))]
     return {
         "shown": shlex.join(argv),
         "exit_code": command.get("exit_code"),
         "duration_s": command.get("duration_s"),
-        "samples": (watch.get("peaks") or {}).get("samples") or 0,
+        "samples": _mapping(watch.get("peaks")).get("samples") or 0,
         "charts": charts(telemetry.get("series")),
-        "readings": _check_rows(watch.get("readings") or []),
+        "readings": _check_rows(_list(watch.get("readings"))),
     }
 
 
@@ -213,10 +225,10 @@ def page(
     """The HTML text. `checks` default to the report's; `memory_fit` is `MemoryFit.to_json()`;
     `error` is what stopped the run (a failed page still shows what there is); `command` is
     the project's smoke step record (`smoke_command`, with its watcher's series)."""
-    report = report or {}
-    metrics = report.get("metrics") or {}
-    telemetry = metrics.get("telemetry") or {}
-    rows = _check_rows(checks or report.get("checks") or [])
+    report = _mapping(report)
+    metrics = _mapping(report.get("metrics"))
+    telemetry = _mapping(metrics.get("telemetry"))
+    rows = _check_rows(checks or _list(report.get("checks")))
     values = {
         "title": title,
         "verdict": verdict,

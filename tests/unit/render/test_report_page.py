@@ -269,3 +269,20 @@ def test_report_dangling_symlink_is_a_user_error(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="does not exist"):
         report_app.check_path(link)
     assert not (tmp_path / "gone").exists()
+
+
+@pytest.mark.parametrize(
+    "report",
+    [
+        {"metrics": "not a table"},
+        {"metrics": {"telemetry": {"series": {"t": ["a", "b"], "gpus": [{"util_pct": [1, 2]}]}}}},
+        {"metrics": {"telemetry": {"series": {"t": [0, 1], "gpus": "x", "cpu_pct": 5}}}},
+        {"checks": "x", "device": ["cuda"]},
+        {"metrics": {"telemetry": ["not", "a", "table"]}},
+    ],
+)
+def test_a_malformed_report_renders_without_a_crash(report: dict[str, object]) -> None:
+    # A report comes from inside an image, which may hold anything.
+    command = {"command": "not a list", "watch": {"telemetry": 3, "peaks": [], "readings": 1}}
+    text = html.page(title="t", verdict="fail", report=report, command=command)
+    assert text.startswith("<!DOCTYPE html>")
