@@ -29,6 +29,14 @@ export MAX_JOBS=$jobs CMAKE_BUILD_PARALLEL_LEVEL=$jobs
 # Many setup.py files build their CUDA code only when they see a GPU, unless told to.
 export FORCE_CUDA=1
 mem_mib=$((mem_kib / 1024))
+# Wheels are zip files, which cannot hold a time before 1980: an sdist packed reproducibly
+# (members with mtime 0) unpacks to 1970 files, and flit_core then fails with "ZIP does not
+# support timestamps before 1980". Its wheel builder, setuptools' bdist_wheel and hatchling
+# take the zip times from SOURCE_DATE_EPOCH when it is set (https://reproducible-builds.org/
+# specs/source-date-epoch/), which also makes the built wheels the same bytes on every build.
+if [ "${SOURCE_DATE_EPOCH:-0}" -lt 315532800 ] 2>/dev/null; then
+    export SOURCE_DATE_EPOCH=315532800
+fi
 
 # ENVBUILD_TOOLCHAIN=none: every source package is pure Python; pip only builds its wheel.
 pure=no
