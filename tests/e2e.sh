@@ -21,6 +21,7 @@
 #      rebuilds at most its last 3 layers
 #   7b. tests/fixtures/projects/writes-cwd: a folder of scripts (no pyproject) whose smoke step
 #      writes its checkpoint and log into /app (owned by the runtime user)
+#   7c. a pure-Python sdist-only package built in a plain builder stage (no compiler)
 #   8. images/torch-ext: a CUDA extension compiled for the lock's GPUs (about 7 min on 2 cores from a clean clone)
 # `bash tests/e2e.sh prepare` only starts the engine and makes the base image (.ci/run uses it
 # so the engine-marked tests of `make check` run too). E2E_PODMAN=0, E2E_PROJECT=0 and
@@ -407,6 +408,46 @@ check_json "$WORK/writes-cwd.json" ok=True device=cpu smoke_command.ok=True smok
 run docker run --rm "$TAG_CWD" sh -c 'test "$(stat -c %u /app)" = "$(id -u)" && test -f /app/data/prepare.py' ||
     fail "$TAG_CWD: /app is not the runtime user's, or data/prepare.py was left out"
 [ "$(smoke_containers)" = 0 ] || fail "smoke container left behind after a pass"
+lap
+fi
+
+if [ "${E2E_PROJECT:-1}" = 1 ]; then
+say "7c. a pure-Python package that ships only an sdist, built in a plain builder stage"
+# tests/fixtures/sdists/puredep packed as tests/sdist.py packs it (members with mtime 0, as a
+# reproducible sdist is), beside torch's CPU wheel in one wheel folder; no compile_extensions:
+# the builder is the image's own base, and the image holds no compiler.
+TAG_PURE=envbuild-e2e/puredep:ok
+rm -rf "$WORK/puredep" && mkdir -p "$WORK/puredep/wheels" "$WORK/puredep/img"
+cp "$WHEELS"/torch-*.whl "$WORK/puredep/wheels/"
+"$PY" -c 'import sys; from pathlib import Path; from tests.sdist import make_sdist
+name, data = make_sdist(Path("tests/fixtures/sdists/puredep")); Path(sys.argv[1], name).write_bytes(data)' "$WORK/puredep/wheels"
+cat >"$WORK/puredep/img/envbuild.toml" <<EOF2
+[image]
+python = "3.11"
+os = "debian12"
+device = "cpu"
+
+[framework]
+requirement = "torch"
+
+[packages]
+requirements = ["envbuild-puredep==0.6.0"]
+
+[indexes]
+find_links = ["$WORK/puredep/wheels"]
+
+[smoke]
+tier = 1
+command = ["python", "-c", "import envbuild_puredep; print('puredep imports')"]
+EOF2
+docker image rm --no-prune "$TAG_PURE" >/dev/null 2>&1 || true
+run env -u ENVBUILD_MATRIX_OVERLAY "$ENVBUILD" lock "$WORK/puredep/img"
+grep -q 'kind = "pure"' "$WORK/puredep/img/envbuild.lock" || fail "the lock does not record envbuild-puredep as pure Python"
+run env -u ENVBUILD_MATRIX_OVERLAY "$ENVBUILD" image "$WORK/puredep/img" --base-image "$BASE" \
+    --ca-cert "$CA_CERT" --resmoke --tag "$TAG_PURE" --json >"$WORK/puredep.json"
+check_json "$WORK/puredep.json" ok=True device=cpu smoke_command.ok=True "smoke_command.stdout_tail=['puredep imports']"
+run docker run --rm "$TAG_PURE" sh -c '! command -v gcc && ! command -v cc && ! command -v nvcc' ||
+    fail "$TAG_PURE holds a compiler"
 lap
 fi
 
