@@ -19,9 +19,7 @@ from typing import TYPE_CHECKING, Any
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import (
-    InvalidWheelFilename,
     canonicalize_name,
-    parse_wheel_filename,
 )
 from packaging.version import Version
 
@@ -32,7 +30,13 @@ from envbuild.app import lock_project as project_lock
 from envbuild.app import lock_source as source_lock
 from envbuild.core.errors import LockError, MatrixError, PinError, UnsatisfiableError, UserError
 from envbuild.core.fsio import write_if_changed
-from envbuild.core.locations import is_direct_url, is_remote, local_path, resolve_local
+from envbuild.core.locations import (
+    folder_distributions,
+    is_direct_url,
+    is_remote,
+    local_path,
+    resolve_local,
+)
 from envbuild.core.models import (
     LOCK_SCHEMA_VERSION,
     Lock,
@@ -741,22 +745,24 @@ def check_framework_source(stack: Stack, packages: Sequence[LockedPackage]) -> N
         )
 
 
-def wheelhouse_versions(find_links: Sequence[str], name: str) -> list[str]:
-    """The public versions of `name` that local find-links folders hold, newest first."""
+def _held_wheels(find_links: Sequence[str], name: str) -> list[tuple[str, Version]]:
+    """(find-links entry, version) of each wheel of `name` in the local folders, in order."""
     want = canonicalize_name(name)
-    found: set[Version] = set()
+    found = []
     for link in find_links:
         folder = local_path(link)
-        if folder is None or not folder.is_dir():
+        if folder is None:
             continue
-        for wheel in folder.glob("*.whl"):
-            try:
-                wname, wversion, _, _ = parse_wheel_filename(wheel.name)
-            except InvalidWheelFilename:
-                continue
-            if wname == want:
-                found.add(Version(wversion.public))
-    return [str(v) for v in sorted(found, reverse=True)]
+        for dist, version in sorted(folder_distributions(folder, sdists=False)):
+            if dist == want:
+                found.append((link, version))
+    return found
+
+
+def wheelhouse_versions(find_links: Sequence[str], name: str) -> list[str]:
+    """The public versions of `name` that local find-links folders hold, newest first."""
+    versions = {Version(v.public) for _, v in _held_wheels(find_links, name)}
+    return [str(v) for v in sorted(versions, reverse=True)]
 
 
 def wheelhouse_has(find_links: Sequence[str], name: str, version: str) -> str | None:
@@ -765,18 +771,9 @@ def wheelhouse_has(find_links: Sequence[str], name: str, version: str) -> str | 
     Such a wheelhouse stands in for the framework's own index at lock time (the PyTorch index
     is not reachable everywhere); the lock's hashes still decide what may be installed.
     """
-    want = canonicalize_name(name)
-    for link in find_links:
-        folder = local_path(link)
-        if folder is None or not folder.is_dir():
-            continue
-        for wheel in sorted(folder.glob("*.whl")):
-            try:
-                wname, wversion, _, _ = parse_wheel_filename(wheel.name)
-            except InvalidWheelFilename:
-                continue
-            if wname == want and wversion.public == version:
-                return link
+    for link, held in _held_wheels(find_links, name):
+        if held.public == version:
+            return link
     return None
 
 

@@ -11,6 +11,15 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+from packaging.utils import (
+    InvalidSdistFilename,
+    InvalidWheelFilename,
+    NormalizedName,
+    parse_sdist_filename,
+    parse_wheel_filename,
+)
+from packaging.version import InvalidVersion, Version
+
 REMOTE_SCHEMES = ("http", "https")
 
 
@@ -46,3 +55,29 @@ def is_direct_url(source: str) -> bool:
     path ends in a distribution file name), not an index or a find-links folder."""
     path = urlsplit(source).path if "://" in source else source
     return path.lower().endswith(_ARCHIVE_SUFFIXES)
+
+
+def folder_distributions(
+    folder: Path, *, sdists: bool = True
+) -> set[tuple[NormalizedName, Version]]:
+    """(normalised name, version) of each wheel (and sdist, unless `sdists` is False) at the
+    top level of a local folder (where pip's and uv's --find-links look); empty when it is no
+    folder. The one reader of what a wheel folder holds: the lock's wheelhouse rules and the
+    build context's check."""
+    held: set[tuple[NormalizedName, Version]] = set()
+    try:
+        entries = sorted(folder.iterdir()) if folder.is_dir() else []
+    except OSError:
+        return held
+    for path in entries:
+        try:
+            if path.name.endswith(".whl"):
+                name, version, *_ = parse_wheel_filename(path.name)
+            elif sdists:
+                name, version = parse_sdist_filename(path.name)
+            else:
+                continue
+        except (InvalidWheelFilename, InvalidSdistFilename, InvalidVersion):
+            continue
+        held.add((name, version))
+    return held

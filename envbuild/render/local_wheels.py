@@ -16,16 +16,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from packaging.utils import (
-    InvalidSdistFilename,
-    InvalidWheelFilename,
     canonicalize_name,
-    parse_sdist_filename,
-    parse_wheel_filename,
 )
 from packaging.version import InvalidVersion, Version
 
 from envbuild.core.errors import UserError
-from envbuild.core.locations import is_direct_url, is_remote, local_path
+from envbuild.core.locations import folder_distributions, is_direct_url, is_remote, local_path
 
 if TYPE_CHECKING:
     from envbuild.core.models import Lock, LockedPackage
@@ -47,24 +43,8 @@ def _folder(source: str, image_dir: Path) -> Path | None:
     return path.parent if is_direct_url(source) else path
 
 
-def _held(folder: Path) -> set[tuple[str, Version]]:
-    """(name, version) of each distribution file at the folder's top level (where pip's
-    --find-links looks)."""
-    held: set[tuple[str, Version]] = set()
-    for path in folder.iterdir():
-        try:
-            if path.name.endswith(".whl"):
-                name, version, *_ = parse_wheel_filename(path.name)
-            else:
-                name, version = parse_sdist_filename(path.name)
-        except (InvalidWheelFilename, InvalidSdistFilename, InvalidVersion):
-            continue
-        held.add((str(name), version))
-    return held
-
-
 def _missing(folder: Path, packages: Sequence[LockedPackage]) -> list[str]:
-    held = _held(folder)
+    held = {(str(name), version) for name, version in folder_distributions(folder)}
     out = []
     for p in packages:
         try:
