@@ -64,7 +64,7 @@ def readings(
     return [r for r in out if r is not None]
 
 
-def _busy_window(series: Mapping[str, Any], active: Sequence[Mapping[str, Any]]) -> slice:
+def _busy_window(active: Sequence[Mapping[str, Any]]) -> slice:
     """The samples from the first to the last in which a used GPU was busy: the start-up
     before it (imports, loading, building the model) says nothing about the input pipeline."""
     # Positions in the series' columns, Nones kept: a sample the reader missed (None) must not
@@ -73,14 +73,14 @@ def _busy_window(series: Mapping[str, Any], active: Sequence[Mapping[str, Any]])
         i
         for g in active
         for i, v in enumerate(g.get("util_pct") or [])
-        if v is not None and v >= ACTIVE_UTIL_PCT
+        if isinstance(v, (int, float)) and v >= ACTIVE_UTIL_PCT
     ]
     return slice(min(busy), max(busy) + 1) if busy else slice(0, 0)
 
 
 def _input_pipeline(series: Mapping[str, Any]) -> dict[str, Any] | None:
     active = _active_gpus(series)
-    window = _busy_window(series, active)
+    window = _busy_window(active)
     cpu = _values((series.get("cpu_pct") or [])[window])
     if not active or len(cpu) < MIN_SAMPLES:
         return None
