@@ -50,6 +50,7 @@ from envbuild.cuda.archs import cc_tuple
 from envbuild.cuda.wheels import cuda_libs
 from envbuild.lock import pins as pydeps
 from envbuild.lock.assemble import LockPins, assemble_lock
+from envbuild.lock.companions import check_companions
 from envbuild.lock.format import (
     body_edited,
     check_fresh,
@@ -183,6 +184,7 @@ def lock_image(
     warnings += [*(project.notes if project is not None else ()), *sourced.notes]
     check_pins_installable(pinned.packages)
     check_framework_source(stack, pinned.packages)
+    check_companions(stack.framework.name, pinned.packages)
     # The framework's own wheel metadata is authoritative for the CUDA libraries it ships.
     stack, library_warnings = apply_wheel_pins(stack, pinned.packages)
     warnings += library_warnings

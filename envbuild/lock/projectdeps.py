@@ -37,6 +37,7 @@ from envbuild.core.fsio import read_input
 from envbuild.core.models import ProjectSettings, Request
 from envbuild.lock import ownproject, uvenv
 from envbuild.lock import pins as pydeps
+from envbuild.lock.companions import INDEX_COMPANIONS
 from envbuild.lock.projectread import Line, Reader
 from envbuild.lock.projectread import requirement as _requirement
 from envbuild.request.project import PYPROJECT, file_kind
@@ -483,12 +484,6 @@ def _uv_lock(reader: Reader, path: Path, extras: Sequence[str], groups: Sequence
             )
         _requirement(line, origin)
         reader.requirements.append(Line(public_pin(reader, line, rel, rel), rel, rel))
-
-
-INDEX_COMPANIONS = frozenset({"torchvision", "torchaudio", "torchtext", "torchdata", "triton"})
-"""Packages the PyTorch index publishes with the framework's build labels ("+cu128"), built
-for the same CUDA as torch (https://download.pytorch.org/whl/cu128 lists them): their label
-names the framework's build, not a different release. Any other package keeps its label."""
 
 
 def public_pin(reader: Reader, text: str, rel: str, origin: str) -> str:

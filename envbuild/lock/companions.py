@@ -1,0 +1,58 @@
+"""The framework's index companions pinned beside it (pure): a torchvision, torchaudio or
+triton build is made for one torch build, so when torch is a framework index's build (a local
+label: `2.13.0+cpu`, `2.9.1+cu128`, from that index or a wheel folder holding its files), a
+companion taken from PyPI is a build for another torch. It installs, and fails when imported
+(torchvision: `RuntimeError: operator torchvision::nms does not exist`, seen with torch
+2.13.0+cpu from a wheel folder and PyPI's torchvision 0.28.0, 2026-12-02). `lock` refuses it
+before anything is built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from packaging.version import InvalidVersion, Version
+
+from envbuild.core.errors import UnsatisfiableError
+from envbuild.core.models import LockedPackage
+
+INDEX_COMPANIONS = frozenset({"torchvision", "torchaudio", "torchtext", "torchdata", "triton"})
+"""Packages the PyTorch index publishes with the framework's build labels ("+cu128"), built
+for the same CUDA as torch (https://download.pytorch.org/whl/cu128 lists them)."""
+
+
+def _local(version: str) -> str | None:
+    try:
+        return Version(version).local
+    except InvalidVersion:
+        return None
+
+
+def check_companions(framework: str, packages: Sequence[LockedPackage]) -> None:
+    """UnsatisfiableError (exit 1) when the framework is pinned as a labelled build and a
+    companion is not the build of the same label."""
+    by_name = {p.name: p for p in packages}
+    locked = by_name.get(framework)
+    label = _local(locked.version) if locked is not None else None
+    if locked is None or label is None:
+        return
+    wrong = [
+        by_name[name]
+        for name in sorted(by_name)
+        if name in INDEX_COMPANIONS and _local(by_name[name].version) != label
+    ]
+    if not wrong:
+        return
+    shown = ", ".join(f"{p.name} {p.version} (from {p.source})" for p in wrong)
+    raise UnsatisfiableError(
+        f"{framework} is locked as the {label} build {locked.version} (from {locked.source}), "
+        f"but {shown} is not the {label} build: it is made for another {framework} build and "
+        "fails when imported",
+        hint=f"put the +{label} wheels of {', '.join(p.name for p in wrong)} beside "
+        f"{framework}'s in {locked.source} (download.pytorch.org/whl/{label}/ has them), or "
+        f"let {framework} come from the index that has both",
+        fields={
+            "framework": f"{framework}=={locked.version}",
+            "companions": [p.name for p in wrong],
+        },
+    )
