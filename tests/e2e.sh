@@ -229,6 +229,35 @@ EOF
 [ "$(smoke_containers)" = 0 ] || fail "smoke container left behind after a pass"
 lap
 
+say "1b. the pass signed: smoke attestation and SBOM verified downstream, a tampered one refused"
+openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$WORK/envbuild.key" 2>/dev/null
+openssl pkey -in "$WORK/envbuild.key" -pubout -out "$WORK/envbuild.pub"
+rm -rf "$WORK/evidence"
+# The same image id passed in step 1: the pass stands (not run again) and is signed now.
+run "$ENVBUILD" image "${common[@]}" --allow-cpu --tag "$TAG_OK" --sign-key "$WORK/envbuild.key" \
+    --evidence "$WORK/evidence" --json >"$WORK/signed.json"
+check_json "$WORK/signed.json" ok=True "evidence.bundle=$WORK/evidence/torch-slim.intoto.jsonl"
+IMAGE_ID=$(docker image inspect --format '{{.Id}}' "$TAG_OK")
+run "$ENVBUILD" verify --attestation "$WORK/evidence/torch-slim.intoto.jsonl" --key "$WORK/envbuild.pub" \
+    --digest "$IMAGE_ID" --lock "$IMAGE_DIR" --json >"$WORK/verified.json"
+check_json "$WORK/verified.json" ok=True attestations=2
+BUNDLE="$WORK/evidence/torch-slim.intoto.jsonl" "$PY" - <<'EOF' || fail "could not tamper with the bundle"
+import base64, json, os
+path = os.environ["BUNDLE"]
+first, *rest = open(path, "rb").read().splitlines()
+env = json.loads(first)
+stmt = json.loads(base64.b64decode(env["payload"]))
+stmt["predicate"]["host"]["gpus"] = [{"product": "NVIDIA B200", "cc": "10.0"}]
+env["payload"] = base64.b64encode(json.dumps(stmt).encode()).decode()
+open(path + ".forged", "wb").write(b"\n".join([json.dumps(env).encode(), *rest]) + b"\n")
+EOF
+set +e
+run "$ENVBUILD" verify --attestation "$WORK/evidence/torch-slim.intoto.jsonl.forged" --key "$WORK/envbuild.pub"
+code=$?
+set -e
+[ "$code" = 22 ] || fail "a tampered attestation was not refused with exit 22 (got $code)"
+lap
+
 say "2. the same without --allow-cpu must fail on this GPU-less machine"
 set +e
 run "$ENVBUILD" image "${common[@]}" --tag "$TAG_NOGPU"

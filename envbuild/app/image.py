@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from envbuild import matrix as matrix_data
-from envbuild.app import inputs
+from envbuild.app import evidence, inputs
 from envbuild.build.pipeline import (
     ImageJob,
     ImageOutcome,
@@ -34,6 +34,7 @@ from envbuild.engine import select
 from envbuild.engine.protocol import ContainerEngine, RunResult
 from envbuild.engine.registry import split_tag
 from envbuild.host.gpu_attach import GpuChoice
+from envbuild.lock import format as lock_format
 from envbuild.lock.format import lock_sha256
 from envbuild.payload.smoke_checks import SmokePlan
 from envbuild.render.dockerfile import (
@@ -74,6 +75,10 @@ class ImageRequest:
     """Run the smoke test even when this image id already passed it on this host."""
     record_passes: bool = True
     """Look up and record smoke passes (`envbuild.build.passes`); False: neither."""
+    sign_key: Path | None = None
+    """After a pass, sign a smoke attestation and the SBOM with this PEM private key."""
+    evidence: Path | None = None
+    """A folder for the attestation bundle and SBOM (besides the `--save` archive's)."""
 
 
 def build_image(
@@ -91,6 +96,9 @@ def build_image(
     request = request or ImageRequest()
     build_inputs = build_inputs or BuildInputs()
     progress = progress or (lambda _: None)
+    # A key that cannot sign fails now, not after a build of many minutes.
+    check_delivery(request, buildkit=build_inputs.buildkit)
+    signer = evidence.load_signer(request.sign_key) if request.sign_key is not None else None
     job, judge = prepare(
         image_dir=image_dir,
         request=request,
@@ -113,7 +121,45 @@ def build_image(
     if passes is not None and not request.resmoke:
         job = replace(job, context_key=context_key(engine, job))
     outcome = build_and_verify(engine, job, judge=judge, progress=progress, passes=passes)
-    return deliver(engine, outcome, push=request.push, save=request.save, progress=progress)
+    outcome = deliver(engine, outcome, push=request.push, save=request.save, progress=progress)
+    if signer is None:
+        return outcome
+    return attest(outcome, request, signer=signer, engine=engine.name, progress=progress)
+
+
+def attest(
+    outcome: ImageOutcome,
+    request: ImageRequest,
+    *,
+    signer: Any,
+    engine: str,
+    progress: Callable[[str], None],
+) -> ImageOutcome:
+    """The signed smoke attestation and SBOM of a pass (docs/evidence.md), about the image id
+    and, once pushed, the registry's manifest digest; written beside `--save` and into
+    `--evidence`."""
+    subjects = [evidence.Subject(outcome.tag, outcome.image_id)]
+    if outcome.pushed is not None:
+        repo, _tag = split_tag(outcome.pushed["ref"])
+        subjects.append(evidence.Subject(repo, outcome.pushed["digest"]))
+    docs = evidence.make(
+        lock=lock_format.loads(outcome.job.lock_text),
+        lock_sha256=outcome.job.lock_sha256,
+        report=outcome.report,
+        subjects=subjects,
+        gpu_attach=(outcome.gpu_attach or {}).get("way") or "none",
+        engine=engine,
+        signer=signer,
+    )
+    stems = [request.save] if request.save is not None else []
+    if request.evidence is not None:
+        stems.append(request.evidence / _tag_name(outcome.job.name))
+    written: dict[str, Any] = {}
+    for stem in stems:
+        progress(f"signing the smoke attestation and SBOM: {stem}{evidence.BUNDLE_SUFFIX}")
+        written = evidence.write(docs, stem)
+    written["subjects"] = [s.digest for s in subjects]
+    return replace(outcome, evidence=written)
 
 
 class BuildContext(Mapping[str, bytes]):
@@ -257,6 +303,13 @@ def check_delivery(request: ImageRequest, *, buildkit: bool) -> None:
             f"--save {request.save} is a folder",
             hint="name the archive file, e.g. --save torch.tar",
         )
+    if request.sign_key is not None and request.save is None and request.evidence is None:
+        raise UserError(
+            "--sign-key needs somewhere to put the attestation",
+            hint="add --save FILE (written beside it) or --evidence DIR",
+        )
+    if request.evidence is not None and request.evidence.exists() and not request.evidence.is_dir():
+        raise UserError(f"--evidence {request.evidence} is not a folder")
     if (request.cache_from or request.cache_to) and not buildkit:
         raise UserError(
             "--cache-from/--cache-to need --buildkit (they are BuildKit cache backends)",

@@ -124,6 +124,9 @@ class ImageOutcome:
     built nor tested again (`ImageJob.context_key`)."""
     smoke_payload_s: float = 0.0
     """The payload's part of `smoke_s`."""
+    evidence: Mapping[str, Any] | None = None
+    """{"bundle", "sbom", "subjects"} of the signed attestation and SBOM written after the pass
+    (`envbuild.app.evidence`); None without --sign-key."""
 
     def to_json(self) -> dict[str, Any]:
         """The `envbuild image --json` document on success (docs/image-json.md)."""
@@ -156,6 +159,7 @@ class ImageOutcome:
             "tag_s": self.tag_s,
             "smoke_reused": dict(self.smoke_reused) if self.smoke_reused else None,
             "unchanged": self.unchanged,
+            "evidence": dict(self.evidence) if self.evidence is not None else None,
         }
 
 

@@ -46,6 +46,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "envbuild.cli.commands.validate",
         "Check that an image or lock runs on this host or fleet.",
     ),
+    "verify": (
+        "envbuild.cli.commands.verify",
+        "Check an image's signed smoke attestation and SBOM.",
+    ),
     "matrix": ("envbuild.cli.commands.matrix", "Check or refresh the compatibility matrix."),
 }
 

@@ -179,3 +179,39 @@ class LockEditedError(StaleLockError):
 
 class PinError(EnvironmentFailure):
     """The delegated Python resolver (uv, or pip as fallback) failed or is missing. Exit 3."""
+
+
+class EvidenceError(EnvbuildError):
+    """An image's evidence (its signed smoke attestation) does not prove what was asked. Exit 20
+    for one that is missing; the subclasses below say which check failed."""
+
+    exit_code: int = 20
+
+
+class AttestationMissing(EvidenceError):
+    """No smoke attestation where one was looked for (beside the archive, in the registry). 20."""
+
+
+class WrongKeyError(EvidenceError):
+    """The attestation is signed, but by none of the keys given. Exit 21."""
+
+    exit_code: int = 21
+
+
+class TamperedError(EvidenceError):
+    """The attestation's signature does not match its payload, or it is not a DSSE envelope of
+    an in-toto Statement: it was changed after signing. Exit 22."""
+
+    exit_code: int = 22
+
+
+class DigestMismatchError(EvidenceError):
+    """The attestation is genuine but about another image digest. Exit 23."""
+
+    exit_code: int = 23
+
+
+class LockMismatchError(EvidenceError):
+    """The attestation is genuine but the image passed under another lock. Exit 24."""
+
+    exit_code: int = 24

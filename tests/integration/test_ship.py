@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from envbuild.app.evidence import archive_digest
 from envbuild.build.pipeline import LOCK_SHA_LABEL, REPORT_LABEL, build_and_verify
 from envbuild.core.errors import RegistryError, SmokeFailed
 from envbuild.engine.buildx import BuildxEngine, BuildxOptions, buildx_available
@@ -142,6 +143,9 @@ def test_save_writes_a_docker_archive_of_the_tag(
     assert manifest[0]["RepoTags"] == [tiny]
     assert config["config"]["Labels"]["envbuild.test"] == "tiny"
     assert [p.name for p in dest.parent.iterdir()] == ["tiny.tar"]  # no temporary file left
+    # What `envbuild verify ARCHIVE` compares an attestation's subject with: the image id,
+    # which the archive keeps and `docker load` gives back.
+    assert archive_digest(dest) == engine.client.images.get(tiny).id
 
 
 @pytest.fixture(scope="module")

@@ -116,6 +116,9 @@ def _print_outcome(doc: dict[str, Any]) -> None:
     pushed = doc.get("pushed")
     if pushed:
         console.line(f"  pushed: {pushed['repo_digest']}")
+    evidence = doc.get("evidence")
+    if evidence and evidence.get("bundle"):
+        console.line(f"  signed: {evidence['bundle']} (smoke attestation, SBOM {evidence['sbom']})")
 
 
 def _smoke_time(doc: dict[str, Any]) -> str:
@@ -205,6 +208,21 @@ def _print_failure(err: SmokeFailed) -> None:
     "(apptainer build x.sif docker-archive://FILE).",
 )
 @click.option(
+    "--sign-key",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="ENVBUILD_SIGNING_KEY",
+    metavar="KEY",
+    help="After a pass only: sign a smoke attestation and the SBOM with this PEM private key "
+    "(docs/evidence.md); written beside --save, into --evidence.",
+)
+@click.option(
+    "--evidence",
+    "evidence_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    metavar="DIR",
+    help="With --sign-key: also write NAME.intoto.jsonl and NAME.cdx.json into DIR.",
+)
+@click.option(
     "--engine",
     type=click.Choice(list(engines.ENGINE_NAMES)),
     default=engines.DEFAULT_ENGINE,
@@ -236,6 +254,8 @@ def command(
     resmoke: bool,
     push: str | None,
     save: Path | None,
+    sign_key: Path | None,
+    evidence_dir: Path | None,
     engine: str,
     cache_from: tuple[str, ...],
     cache_to: tuple[str, ...],
@@ -266,6 +286,8 @@ def command(
                 resmoke=resmoke,
                 push=push,
                 save=save,
+                sign_key=sign_key,
+                evidence=evidence_dir,
                 engine=engine,
                 cache_from=cache_from,
                 cache_to=cache_to,
