@@ -6,17 +6,18 @@ view, optionally a Kubernetes Job and JUnit XML). The decisions are `envbuild.pr
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from envbuild import matrix as matrix_data
-from envbuild.app import inputs
+from envbuild.app import evidence, inputs
 from envbuild.app.smoke import run_in_image
-from envbuild.build.pipeline import LOCK_LABEL
+from envbuild.build.pipeline import LOCK_LABEL, LOCK_SHA_LABEL
 from envbuild.core.documents import DocumentError, json_loads
 from envbuild.core.errors import EnvbuildError, SmokeFailed, UserError
 from envbuild.core.fsio import read_input, write_atomic
-from envbuild.core.models import Lock
+from envbuild.core.models import Host, Lock
 from envbuild.engine.protocol import ContainerEngine, RunResult
 from envbuild.host.gpu_attach import GpuChoice, unavailable_message
 from envbuild.host.probe import host_from_facts, load_facts_file
@@ -28,8 +29,20 @@ from envbuild.preflight import validate as rules_of_validate
 from envbuild.preflight.fleet import FleetResult, FleetView, fleet_view
 from envbuild.preflight.validate import Check, ValidateResult
 from envbuild.smoke import plan as smoke
+from envbuild.smoke.attestation import unproven
 from envbuild.smoke.container import limits_for, smoke_container
 from envbuild.smoke.fit import Peak, peak_of
+
+
+@dataclass(frozen=True)
+class Proof:
+    """`--evidence`: the image's signed attestations, and the keys that may have signed them.
+    A host whose GPU classes and driver branch a verified pass covers is "proven here before"
+    and the smoke is not run again (unless `resmoke`)."""
+
+    bundles: tuple[Path, ...]
+    keys: tuple[Path, ...]
+    resmoke: bool = False
 
 
 def validate(
@@ -40,12 +53,13 @@ def validate(
     engine: ContainerEngine | None = None,
     matrix_overlay: Path | None = None,
     gpu_attach: GpuChoice | None = None,
+    proof: Proof | None = None,
 ) -> ValidateResult:
     """`envbuild validate IMAGE_OR_DIR`: pre-flight the lock against this host (pure, nothing
     started); for an image that passes, run its smoke payload here and give one verdict.
     With `junit`, the JUnit XML is written whatever happens: an error becomes a failed case."""
     try:
-        result = _validate(target, facts_file, engine, matrix_overlay, gpu_attach)
+        result = _validate(target, facts_file, engine, matrix_overlay, gpu_attach, proof)
     except EnvbuildError as err:
         if junit is not None:
             _write_junit_error(junit, f"envbuild.validate.{target}", err)
@@ -69,8 +83,14 @@ def _validate(
     engine: ContainerEngine | None,
     matrix_overlay: Path | None,
     attach: GpuChoice | None = None,
+    proof: Proof | None = None,
 ) -> ValidateResult:
     label, lock, kind, engine = _target_lock(target, engine)
+    if proof is not None and kind != "image":
+        raise UserError(
+            "--evidence proves a built image, not a folder",
+            hint="validate the image: envbuild validate IMAGE --evidence FILE --key PUB",
+        )
     facts = inputs.host_facts(facts_file)
     matrix = matrix_data.load_matrix_from(matrix_overlay)
     host = host_from_facts(facts, gpu_cc=rules_of_validate.gpu_cc_of(matrix))
@@ -90,7 +110,16 @@ def _validate(
         smoke_part = (Check("smoke", "skip", "not run: the pre-flight failed"),)
     else:
         assert engine is not None
-        smoke_part, report = _run_smoke(engine, target, lock, matrix_overlay, attach or GpuChoice())
+        proven: tuple[Check, ...] = ()
+        if proof is not None:
+            proven = _proven(engine, target, host, proof)
+        if proven and proven[0].status == "pass":
+            smoke_part = proven
+        else:
+            smoke_part, report = _run_smoke(
+                engine, target, lock, matrix_overlay, attach or GpuChoice()
+            )
+            smoke_part = proven + smoke_part
     return ValidateResult(
         target=label,
         kind=kind,
@@ -100,6 +129,26 @@ def _validate(
         environment=_environment(facts),
         smoke_report=report,
     )
+
+
+def _proven(engine: ContainerEngine, image: str, host: Host, proof: Proof) -> tuple[Check, ...]:
+    """Was this image proven on this host's GPU classes and driver branch before? Its
+    attestations verified (any failure is its own error: a forged one is never trusted)."""
+    image_id = engine.image_ids(image, pull=False)[0]
+    lock_sha = engine.image_labels(image).get(LOCK_SHA_LABEL)
+    verified = evidence.verify(
+        bundles=proof.bundles, keys=proof.keys, digest=image_id, lock_sha256=lock_sha
+    )
+    gpus = [(g.name, g.cc) for g in host.gpus] or [("cpu", "")]
+    missing = unproven(verified.proven_on, gpus, host.driver)
+    if not missing and not proof.resmoke:
+        classes = ", ".join(sorted({f"{n} (cc {c})" for n, c in gpus}))
+        return (
+            Check("proven", "pass", f"proven here before: {classes}, driver {host.driver}"),
+            Check("smoke", "skip", "not run again: a signed pass covers this host", "--resmoke"),
+        )
+    why = "not yet proven on this GPU class: " + ", ".join(missing) if missing else "--resmoke"
+    return (Check("proven", "skip", why + ": running the smoke"),)
 
 
 def _environment(facts: dict[str, Any]) -> tuple[Check, ...]:

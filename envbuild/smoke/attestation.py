@@ -293,6 +293,20 @@ def proven_on(statements: Iterable[Mapping[str, Any]]) -> list[dict[str, str]]:
     return [{"product": p, "cc": c, "driver_branch": b} for p, c, b in sorted(seen)]
 
 
+def unproven(
+    proven: Sequence[Mapping[str, str]], gpus: Iterable[tuple[str, str]], driver: str | None
+) -> list[str]:
+    """The GPU classes ("product (cc X)") of a host that no pass was proven on with the host
+    driver's branch; [] when every one was: the host was proven before."""
+    branch = (driver or "").split(".", 1)[0]
+    have = {(p["product"], p["cc"], p["driver_branch"]) for p in proven}
+    missing = []
+    for product, cc in gpus:
+        if (product, cc, branch) not in have:
+            missing.append(f"{product} (cc {cc}, driver branch {branch or '?'})")
+    return sorted(set(missing))
+
+
 def payload_digest(envelope: bytes) -> str:
     """sha256 of an envelope's bytes (the OCI layer digest of one attestation)."""
     return "sha256:" + hashlib.sha256(envelope).hexdigest()

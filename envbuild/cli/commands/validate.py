@@ -139,6 +139,24 @@ def render_fleet(doc: dict[str, Any]) -> str:
     type=click.IntRange(min=1),
     help="With --k8s-job: nvidia.com/gpu per pod [the fewest GPUs of a passing host].",
 )
+@click.option(
+    "--evidence",
+    "bundles",
+    multiple=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="FILE",
+    help="An image's signed attestations (.intoto.jsonl, docs/evidence.md): a host they "
+    "prove is not smoke-tested again.",
+)
+@click.option(
+    "--key",
+    "keys",
+    multiple=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="PUB",
+    help="With --evidence: a PEM public key that may have signed them (repeatable).",
+)
+@click.option("--resmoke", is_flag=True, help="With --evidence: run the smoke test anyway.")
 @host_facts("Validate against")
 @gpu_choice
 def command(
@@ -154,6 +172,9 @@ def command(
     gpu: GpuChoice,
     smoke_report: Path | None,
     report_path: Path | None,
+    bundles: tuple[Path, ...],
+    keys: tuple[Path, ...],
+    resmoke: bool,
 ) -> None:
     """Check that IMAGE_OR_DIR runs on this host.
 
@@ -181,6 +202,11 @@ def command(
                 "give either IMAGE_OR_DIR (this host) or --hosts FILE (a fleet), not both",
                 hint="for a fleet, name the image folders with --lock DIR",
             )
+        if bundles:
+            raise UserError(
+                "--evidence proves an image on this host, not a fleet view",
+                hint="envbuild validate IMAGE --evidence FILE --key PUB on the host itself",
+            )
         if report_path is not None:
             raise UserError(
                 "--report is the page of one smoke run, not of a fleet view",
@@ -199,7 +225,15 @@ def command(
             "fleet view",
             hint="add --hosts FILE (host facts from `envbuild doctor --json`)",
         )
-    _single(target, facts_file, junit, gpu, report_path, as_json)
+    if bool(bundles) != bool(keys):
+        raise UserError(
+            "--evidence and --key go together",
+            hint="envbuild validate IMAGE --evidence torch.intoto.jsonl --key envbuild.pub",
+        )
+    from envbuild.app.validate import Proof
+
+    proof = Proof(bundles=bundles, keys=keys, resmoke=resmoke) if bundles else None
+    _single(target, facts_file, junit, gpu, report_path, as_json, proof)
 
 
 def _single(
@@ -209,6 +243,7 @@ def _single(
     gpu: GpuChoice,
     report_path: Path | None,
     as_json: bool,
+    proof: Any = None,
 ) -> None:
     """`validate IMAGE_OR_DIR` on this host: the checks, the memory fit, the --report page."""
     from envbuild.app import report as page
@@ -224,6 +259,7 @@ def _single(
             junit=junit,
             matrix_overlay=matrix_overlay(),
             gpu_attach=gpu,
+            proof=proof,
         )
     except EnvbuildError as err:
         if report_path is not None:

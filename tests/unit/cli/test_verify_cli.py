@@ -169,3 +169,101 @@ def test_sign_key_needs_a_place_and_a_bad_key_fails_before_the_build(tmp_path: P
         cli, ["image", str(tmp_path), "--sign-key", str(bad), "--evidence", str(tmp_path / "e")]
     )
     assert result.exit_code == 2 and "not a PEM private key" in result.output
+
+
+# --- validate on a new host: proven here before, or not yet -------------------------------
+
+
+def _proof_case(tmp_path: Path, product: str, driver: str) -> tuple[Any, Any, Path, Path]:
+    """An image whose bundle attests a pass on `product` with `driver`, in a fake engine."""
+    from envbuild.lock.format import dumps
+    from tests.unit.cli.test_validate_cli import report_line
+    from tests.unit.fakes import read_only_engine
+    from tests.unit.preflight.test_validate import make_lock
+
+    lock_text = dumps(make_lock())
+    engine = read_only_engine(
+        labels={"envbuild.lock": lock_text, "envbuild.lock.sha256": lock_sha256(lock_text)},
+        stdout=report_line(),
+    )
+    image_id = "sha256:" + "7" * 64
+    engine.image_ids = lambda ref, pull=True: (image_id, None)  # type: ignore[method-assign,misc]
+    outcome = _outcome()
+    outcome = replace(
+        outcome,
+        image_id=image_id,
+        job=replace(outcome.job, lock_text=lock_text, lock_sha256=lock_sha256(lock_text)),
+        report={
+            **outcome.report,
+            "host": {"driver": driver, "gpus": [{"name": product, "cc": "9.0"}]},
+        },
+    )
+    private, public = _keys(tmp_path, "k")
+    request = image.ImageRequest(sign_key=private, evidence=tmp_path / "ev")
+    done = image.attest(
+        outcome,
+        request,
+        signer=evidence.load_signer(private),
+        engine="docker",
+        progress=lambda _: None,
+    )
+    assert done.evidence is not None
+    return engine, done, Path(done.evidence["bundle"]), public
+
+
+def test_a_host_proven_before_is_not_smoke_tested_again(tmp_path: Path) -> None:
+    from envbuild.app import validate as use_case
+    from tests.unit.preflight.test_validate import HOSTS
+
+    engine, _done, bundle, public = _proof_case(tmp_path, "NVIDIA H200", "580.95.05")
+    proof = use_case.Proof(bundles=(bundle,), keys=(public,))
+    result = use_case.validate(
+        target="img", facts_file=HOSTS / "h200-healthy.json", engine=engine, proof=proof
+    )
+    assert engine.runs == []  # nothing started
+    assert [(c.name, c.status) for c in result.smoke] == [("proven", "pass"), ("smoke", "skip")]
+    assert result.smoke[0].detail.startswith("proven here before: NVIDIA H200 (cc 9.0)")
+    assert result.exit_code == 0
+    again = use_case.validate(
+        target="img",
+        facts_file=HOSTS / "h200-healthy.json",
+        engine=engine,
+        proof=use_case.Proof(bundles=(bundle,), keys=(public,), resmoke=True),
+    )
+    assert len(engine.runs) == 1 and again.smoke[0].status == "skip"
+
+
+def test_a_new_gpu_class_or_driver_branch_runs_the_smoke(tmp_path: Path) -> None:
+    from envbuild.app import validate as use_case
+    from tests.unit.preflight.test_validate import HOSTS
+
+    engine, _done, bundle, public = _proof_case(tmp_path, "NVIDIA H200", "570.124.06")
+    result = use_case.validate(
+        target="img",
+        facts_file=HOSTS / "h200-healthy.json",
+        engine=engine,
+        proof=use_case.Proof(bundles=(bundle,), keys=(public,)),
+    )
+    assert len(engine.runs) == 1
+    assert result.smoke[0].name == "proven"
+    assert result.smoke[0].detail == (
+        "not yet proven on this GPU class: NVIDIA H200 (cc 9.0, driver branch 580): running the smoke"
+    )
+    assert result.exit_code == 0
+
+
+def test_a_forged_proof_is_refused_not_trusted(tmp_path: Path) -> None:
+    from envbuild.app import validate as use_case
+    from envbuild.core.errors import WrongKeyError
+    from tests.unit.preflight.test_validate import HOSTS
+
+    engine, _done, bundle, _public = _proof_case(tmp_path, "NVIDIA H200", "580.95.05")
+    _other, other_public = _keys(tmp_path, "other")
+    with pytest.raises(WrongKeyError):
+        use_case.validate(
+            target="img",
+            facts_file=HOSTS / "h200-healthy.json",
+            engine=engine,
+            proof=use_case.Proof(bundles=(bundle,), keys=(other_public,)),
+        )
+    assert engine.runs == []
