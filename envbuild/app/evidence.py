@@ -164,17 +164,9 @@ def archive_digest(path: Path) -> str:
     return "sha256:" + hexpart
 
 
-def verify(
-    *,
-    bundles: Sequence[Path],
-    keys: Sequence[Path],
-    digest: str | None,
-    lock_sha256: str | None,
-) -> Verified:
-    """Every envelope of `bundles` verified by one of `keys`, about `digest`, under the lock."""
-    public = [att.load_public_key(_read_key(k)) for k in keys]
-    statements: list[dict[str, Any]] = []
-    components = 0
+def bundle_envelopes(bundles: Sequence[Path]) -> list[tuple[str, bytes]]:
+    """(where, envelope) of every line of every bundle file; a missing file says so."""
+    out: list[tuple[str, bytes]] = []
     for bundle in bundles:
         if not bundle.exists():
             raise AttestationMissing(
@@ -183,15 +175,34 @@ def verify(
             )
         lines = fsio.read_input(bundle, what="attestation", limit=MAX_BUNDLE_BYTES).splitlines()
         for n, line in enumerate((ln for ln in lines if ln.strip()), start=1):
-            where = f"{bundle} (envelope {n})"
-            stmt = att.open_envelope(line, public, where=where)
-            att.check_statement(stmt, where=where, digest=digest, lock_sha256=lock_sha256)
-            if stmt.get("predicateType") == sbommod.PREDICATE_TYPE:
-                components = max(components, len(stmt["predicate"].get("components") or ()))
-            statements.append(stmt)
+            out.append((f"{bundle} (envelope {n})", line))
+    return out
+
+
+def verify(
+    *,
+    bundles: Sequence[Path] = (),
+    keys: Sequence[Path],
+    digest: str | None,
+    lock_sha256: str | None,
+    envelopes: Sequence[tuple[str, bytes]] = (),
+    sources: Sequence[str] = (),
+) -> Verified:
+    """Every envelope (of `bundles`, and `envelopes` fetched elsewhere) verified by one of
+    `keys`, about `digest`, under the lock; at least one of them the smoke attestation."""
+    public = [att.load_public_key(_read_key(k)) for k in keys]
+    statements: list[dict[str, Any]] = []
+    components = 0
+    for where, envelope in [*bundle_envelopes(bundles), *envelopes]:
+        stmt = att.open_envelope(envelope, public, where=where)
+        att.check_statement(stmt, where=where, digest=digest, lock_sha256=lock_sha256)
+        if stmt.get("predicateType") == sbommod.PREDICATE_TYPE:
+            components = max(components, len(stmt["predicate"].get("components") or ()))
+        statements.append(stmt)
+    looked = [*map(str, bundles), *sources]
     if not any(s.get("predicateType") == att.PREDICATE_TYPE for s in statements):
         raise AttestationMissing(
-            f"no smoke attestation in {', '.join(map(str, bundles))}",
+            f"no smoke attestation in {', '.join(looked) or 'what was given'}",
             hint="an image is proven by `envbuild image --sign-key KEY`; rebuild it so",
         )
     return Verified(
@@ -200,7 +211,7 @@ def verify(
         proven_on=att.proven_on(statements),
         statements=len(statements),
         sbom_components=components,
-        sources=[str(b) for b in bundles],
+        sources=looked,
     )
 
 
