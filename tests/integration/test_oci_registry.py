@@ -1,0 +1,238 @@
+"""Evidence attached to an image digest in a real registry (docker-registry 2.8 on 127.0.0.1,
+started here: it has no referrers API, so every read goes through the referrers tag and
+cosign's `.att` tag), and a registry answering nonsense (a server of this test's own).
+
+The image is a one-file image (`FROM scratch`) pushed with `docker push`; the documents are
+opaque bytes shaped like the smoke attestation (a DSSE envelope) and a CycloneDX SBOM.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.server
+import json
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import requests
+
+from envbuild.core.errors import RegistryError
+from envbuild.engine import oci
+from envbuild.engine import oci_registry as ocireg
+from envbuild.engine.docker import DockerEngine
+from tests.integration.services import Registry, registry_server
+
+SMOKE = "https://envbuild.dev/smoke/v1"
+REPO = "envbuild-it/evidence"
+
+
+def envelope(digest: str, verdict: str) -> bytes:
+    """A DSSE envelope of an in-toto Statement about `digest` (unsigned: the bytes are opaque
+    to the registry side)."""
+    statement = {
+        "_type": "https://in-toto.io/Statement/v1",
+        "subject": [{"name": REPO, "digest": {"sha256": digest.split(":", 1)[1]}}],
+        "predicateType": SMOKE,
+        "predicate": {"verdict": verdict},
+    }
+    payload = base64.b64encode(json.dumps(statement).encode()).decode()
+    doc = {"payloadType": "application/vnd.in-toto+json", "payload": payload, "signatures": []}
+    return json.dumps(doc).encode()
+
+
+SBOM = json.dumps({"bomFormat": "CycloneDX", "specVersion": "1.5", "components": []}).encode()
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
+    with registry_server(tmp_path_factory.mktemp("registry")) as served:
+        yield served
+
+
+@pytest.fixture
+def pushed(engine: DockerEngine, registry: Registry) -> Iterator[str]:
+    """A one-file image pushed with the engine to REPO: its manifest digest."""
+    name = uuid.uuid4().hex[:12]
+    context = {"Dockerfile": b"FROM scratch\nCOPY hello /hello\n", "hello": name.encode()}
+    built = engine.build(context=context, labels={"envbuild.test": "oci"}, progress=lambda _: None)
+    ref = f"{registry.host}/{REPO}:{name}"
+    engine.tag(built.image_id, ref, labels={})
+    try:
+        yield engine.push(ref, ref, progress=lambda _: None)
+    finally:
+        engine.client.images.remove(ref)
+
+
+def _raw(registry: Registry, reference: str, accept: str) -> dict[str, object]:
+    resp = requests.get(
+        f"{registry.url}/v2/{REPO}/manifests/{reference}", headers={"Accept": accept}, timeout=10
+    )
+    resp.raise_for_status()
+    doc: dict[str, object] = resp.json()
+    return doc
+
+
+@pytest.mark.engine
+def test_two_artifacts_attached_and_read_back_through_both_tags(
+    registry: Registry, pushed: str
+) -> None:
+    client = ocireg.RegistryClient(registry.host, REPO)
+    assert client.referrers_api(pushed) is None  # docker-registry 2.8: no referrers API
+    passed = ocireg.attestation(envelope(pushed, "passed"), SMOKE)
+    first = ocireg.attach(client, pushed, oci.DSSE, [passed])
+    assert first.referrers == "tag"
+    assert first.attestation_tag == oci.attestation_tag(pushed)
+    sbom = ocireg.attach(client, pushed, oci.CYCLONEDX, [oci.Document(oci.CYCLONEDX, SBOM)])
+    assert sbom.attestation_tag is None
+
+    # The artifact manifest, as any OCI client reads it.
+    artifact = _raw(registry, first.digest, oci.OCI_MANIFEST)
+    image = _raw(registry, pushed, oci.DOCKER_MANIFEST)
+    assert artifact["artifactType"] == oci.DSSE
+    assert artifact["config"] == {
+        "mediaType": oci.OCI_EMPTY,
+        "digest": oci.sha256_digest(b"{}"),
+        "size": 2,
+    }
+    assert artifact["subject"] == {
+        "mediaType": image["mediaType"],
+        "digest": pushed,
+        "size": len(registry.manifest(REPO, pushed).content),
+    }
+    # The referrers tag: updated by the second attach, not overwritten.
+    index = _raw(registry, oci.referrers_tag(pushed), oci.OCI_INDEX)
+    assert index["mediaType"] == oci.OCI_INDEX
+    listed = [(m["digest"], m["artifactType"]) for m in index["manifests"]]  # type: ignore[attr-defined]
+    assert listed == [(first.digest, oci.DSSE), (sbom.digest, oci.CYCLONEDX)]
+    # cosign's tag: one layer per envelope, its predicate type annotated.
+    att = _raw(registry, oci.attestation_tag(pushed), oci.OCI_MANIFEST)
+    assert att["config"]["mediaType"] == oci.OCI_CONFIG  # type: ignore[index]
+    assert [(layer["mediaType"], layer["annotations"]) for layer in att["layers"]] == [  # type: ignore[attr-defined]
+        (oci.DSSE, {"predicateType": SMOKE})
+    ]
+
+    found = ocireg.referrers(client, pushed)
+    assert [(r.source, r.descriptor.artifact_type) for r in found] == [
+        ("tag", oci.DSSE),
+        ("tag", oci.CYCLONEDX),
+    ]
+    assert [d.data for r in found for d in r.documents] == [passed.data, SBOM]
+
+    # Attaching the same envelope again changes nothing; a new one is appended to `.att`.
+    again = ocireg.attach(client, pushed, oci.DSSE, [passed])
+    assert again.digest == first.digest
+    assert _raw(registry, oci.referrers_tag(pushed), oci.OCI_INDEX) == index
+    failed = ocireg.attestation(envelope(pushed, "failed"), SMOKE)
+    ocireg.attach(client, pushed, oci.DSSE, [failed])
+    att = _raw(registry, oci.attestation_tag(pushed), oci.OCI_MANIFEST)
+    layers = att["layers"]
+    assert isinstance(layers, list)
+    assert [layer["digest"] for layer in layers] == [
+        oci.sha256_digest(passed.data),
+        oci.sha256_digest(failed.data),
+    ]
+
+
+def test_attaching_to_a_digest_the_registry_lacks_is_a_registry_error(registry: Registry) -> None:
+    client = ocireg.RegistryClient(registry.host, REPO)
+    with pytest.raises(RegistryError) as info:
+        ocireg.attach(client, "sha256:" + "0" * 64, oci.DSSE, [oci.Document(oci.DSSE, b"{}")])
+    assert info.value.exit_code == 8
+    assert info.value.fields["kind"] == "missing"
+
+
+class _Nonsense(http.server.BaseHTTPRequestHandler):
+    """A "registry" that answers /v2/ and then, for everything, `body` (class attribute)."""
+
+    body = b"<html>not a registry</html>"
+    length: int | None = None
+
+    def log_message(self, *args: object) -> None:
+        return None
+
+    def do_GET(self) -> None:
+        body = b"{}" if self.path == "/v2/" else self.body
+        length = len(body) if self.path == "/v2/" else self.length or len(body)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/vnd.oci.image.index.v1+json")
+        self.send_header("Content-Length", str(length))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.fixture
+def nonsense() -> Iterator[http.server.ThreadingHTTPServer]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Nonsense)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize(
+    ("body", "length", "says"),
+    [
+        (b"<html>not a registry</html>", None, "not JSON"),
+        (b'{"manifests": [{"digest": 7}]}', None, "malformed descriptor"),
+        (b'{"manifests": "all of them"}', None, "is not a list"),
+        (b"[]", None, "not a JSON object"),
+        (b"{}", 1 << 40, "more than the"),
+    ],
+)
+def test_a_registry_answering_nonsense_is_a_registry_error_not_a_traceback(
+    nonsense: http.server.ThreadingHTTPServer,
+    monkeypatch: pytest.MonkeyPatch,
+    body: bytes,
+    length: int | None,
+    says: str,
+) -> None:
+    monkeypatch.setattr(_Nonsense, "body", body)
+    monkeypatch.setattr(_Nonsense, "length", length)
+    client = ocireg.RegistryClient(f"127.0.0.1:{nonsense.server_port}", REPO)
+    with pytest.raises(RegistryError) as info:
+        ocireg.referrers(client, "sha256:" + "1" * 64)
+    assert info.value.exit_code == 8
+    assert info.value.fields["kind"] == "invalid"
+    assert says in info.value.message
+
+
+class _Dribble(http.server.BaseHTTPRequestHandler):
+    """A "registry" that sends its answers one byte every 0.2 s (each read is quick, the
+    whole is not: only the client's total time ends it)."""
+
+    def log_message(self, *args: object) -> None:
+        return None
+
+    def do_GET(self) -> None:
+        body = b"{}" if self.path == "/v2/" else b" " * 100 + b"{}"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        for byte in body if self.path != "/v2/" else [body]:
+            try:
+                self.wfile.write(bytes([byte]) if isinstance(byte, int) else byte)
+                self.wfile.flush()
+            except OSError:
+                return
+            time.sleep(0.2 if isinstance(byte, int) else 0)
+
+
+def test_a_registry_that_dribbles_ends_at_the_clients_total_time() -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Dribble)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    limits = ocireg.Limits(request_s=1.0, total_s=1.5)
+    client = ocireg.RegistryClient(f"127.0.0.1:{server.server_port}", REPO, limits=limits)
+    started = time.monotonic()
+    try:
+        with pytest.raises(RegistryError) as info:
+            ocireg.referrers(client, "sha256:" + "2" * 64)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert info.value.fields["kind"] == "timeout"
+    assert time.monotonic() - started < 3.0
