@@ -47,6 +47,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Check that an image or lock runs on this host or fleet.",
     ),
     "matrix": ("envbuild.cli.commands.matrix", "Check or refresh the compatibility matrix."),
+    "promote": (
+        "envbuild.cli.commands.promote",
+        "Push a multi-arch index of images whose smoke test passed.",
+    ),
 }
 
 EXIT_INTERNAL = 70  # EX_SOFTWARE: a bug in envbuild, not in the user's input

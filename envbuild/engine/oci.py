@@ -264,3 +264,9 @@ def platform_of(config: Mapping[str, Any], what: str, url: str) -> dict[str, str
     if isinstance(variant, str) and variant:
         platform["variant"] = variant
     return platform
+
+
+def platform_name(platform: Mapping[str, str]) -> str:
+    """{"os": "linux", "architecture": "arm64", "variant": "v8"} -> "linux/arm64/v8"."""
+    parts = (platform.get("os", ""), platform.get("architecture", ""), platform.get("variant", ""))
+    return "/".join(p for p in parts if p)

@@ -80,8 +80,9 @@ class Registry:
         """Push a tiny image by HTTP alone (one layer, a config naming `architecture`): its
         manifest digest."""
         layer = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03\x03\x00\x00\x00\x00\x00\x00\x00\x00\x00"
-        config = json.dumps({"architecture": architecture, "os": "linux", "rootfs": {}}).encode()
-        descs = [self._blob(repo, data) for data in (config, layer)]
+        config = {"architecture": architecture, "os": "linux", "rootfs": {}}
+        config["config"] = {"Labels": {"envbuild.test.tag": tag}}  # one digest per tag
+        descs = [self._blob(repo, data) for data in (json.dumps(config).encode(), layer)]
         manifest = json.dumps(
             {
                 "schemaVersion": 2,

@@ -236,3 +236,83 @@ def test_a_registry_that_dribbles_ends_at_the_clients_total_time() -> None:
         server.server_close()
     assert info.value.fields["kind"] == "timeout"
     assert time.monotonic() - started < 3.0
+
+
+def _cli(*args: str) -> tuple[int, str]:
+    from click.testing import CliRunner
+
+    from envbuild.cli.main import cli
+
+    result = CliRunner().invoke(cli, list(args))
+    return result.exit_code, result.output
+
+
+@pytest.mark.engine
+def test_promote_pushes_a_two_platform_index_only_when_both_passed(
+    registry: Registry, pushed: str
+) -> None:
+    client = ocireg.RegistryClient(registry.host, REPO)
+    # The second platform: an image whose config says arm64, pushed from blobs (no aarch64
+    # build of a real example here).
+    arm = registry.put_image(REPO, f"arm64-{pushed[7:19]}", architecture="arm64")
+    target = f"{registry.host}/{REPO}:multi-{pushed[7:19]}"
+    ocireg.attach(client, pushed, oci.DSSE, [ocireg.attestation(envelope(pushed, "passed"), SMOKE)])
+
+    code, out = _cli("promote", target, pushed, arm, "--json")
+    assert code == 9, out
+    refused = json.loads(out)
+    assert refused["error"] == "PromoteRefused"
+    assert refused["fields"]["refused"] == [
+        {"digest": arm, "why": "no smoke attestation is attached"}
+    ]
+    assert not registry.has(REPO, target.rsplit(":", 1)[1])
+
+    ocireg.attach(client, arm, oci.DSSE, [ocireg.attestation(envelope(arm, "failed"), SMOKE)])
+    code, out = _cli("promote", target, pushed, arm, "--json")
+    assert code == 9
+    assert (
+        json.loads(out)["fields"]["refused"][0]["why"] == "its smoke attestations do not say passed"
+    )
+
+    ocireg.attach(client, arm, oci.DSSE, [ocireg.attestation(envelope(arm, "passed"), SMOKE)])
+    code, out = _cli("promote", target, pushed, f"{registry.host}/{REPO}@{arm}", "--json")
+    assert code == 0, out
+    done = json.loads(out)
+    index = _raw(registry, target.rsplit(":", 1)[1], oci.OCI_INDEX)
+    assert index["mediaType"] == oci.OCI_INDEX
+    stored = requests.get(
+        f"{registry.url}/v2/{REPO}/manifests/{target.rsplit(':', 1)[1]}",
+        headers={"Accept": oci.OCI_INDEX},
+        timeout=10,
+    )
+    assert done["digest"] == oci.sha256_digest(stored.content)
+    manifests = index["manifests"]
+    assert isinstance(manifests, list)
+    assert [(m["digest"], m["platform"]) for m in manifests] == [
+        (pushed, {"architecture": "amd64", "os": "linux"}),
+        (arm, {"architecture": "arm64", "os": "linux"}),
+    ]
+    assert [m["mediaType"] for m in manifests] == [oci.DOCKER_MANIFEST, oci.DOCKER_MANIFEST]
+
+
+def test_promote_refuses_what_cannot_make_one_index(registry: Registry) -> None:
+    client = ocireg.RegistryClient(registry.host, REPO)
+    one, two = (registry.put_image(REPO, f"amd64-{name}") for name in ("a", "b"))
+    for digest in (one, two):
+        ocireg.attach(
+            client, digest, oci.DSSE, [ocireg.attestation(envelope(digest, "passed"), SMOKE)]
+        )
+    target = f"{registry.host}/{REPO}:x"
+    code, out = _cli("promote", target, one, two)
+    assert code == 2
+    assert "two images are linux/amd64" in out
+    code, out = _cli("promote", target, one, f"{registry.host}/other@{two}")
+    assert code == 2
+    assert "is not in" in out
+    code, out = _cli("promote", target, one, one)
+    assert code == 2
+    assert "is not a new image digest" in out
+    code, out = _cli("promote", f"{registry.host}/{REPO}", one)
+    assert code == 2
+    assert "is not a tag to promote to" in out
+    assert not registry.has(REPO, "x")
