@@ -89,10 +89,14 @@ class RegistryClient:
 
     # --- HTTP, bounded ------------------------------------------------------------------
 
-    def _url(self, path: str) -> str:
+    def _origin(self) -> str:
+        """ "http(s)://<registry>", the scheme found on first use."""
         if self._base is None:
             self._base = self._scheme()
-        return f"{self._base}/v2/{self.repo}/{path}"
+        return self._base
+
+    def _url(self, path: str) -> str:
+        return f"{self._origin()}/v2/{self.repo}/{path}"
 
     def _scheme(self) -> str:
         import requests
@@ -121,13 +125,18 @@ class RegistryClient:
         bearer token fetched once on a 401."""
         url = path if "://" in path else self._url(path)
         limit = self.limits.manifest_bytes if max_bytes is None else max_bytes
-        answer = self._send(method, url, {**(headers or {}), **self._auth}, data, limit)
-        if answer.status == 401 and not self._auth:
+        # The token goes to this registry only: an upload Location may name another host.
+        ours = url.startswith(f"{self._origin()}/")
+        answer = self._send(method, url, {**(headers or {}), **self._auth_for(ours)}, data, limit)
+        if answer.status == 401 and ours and not self._auth:
             self._login(url, answer)
             answer = self._send(method, url, {**(headers or {}), **self._auth}, data, limit)
         if answer.status in (401, 403):
             raise _refused(url, answer, "auth")
         return answer
+
+    def _auth_for(self, ours: bool) -> dict[str, str]:
+        return self._auth if ours else {}
 
     def _login(self, url: str, refused: Answer) -> None:
         token = reg.bearer_token(
@@ -233,7 +242,7 @@ class RegistryClient:
         if not location:
             raise oci.nonsense("a blob upload", self.registry, "no Location header")
         if location.startswith("/"):
-            location = self._url("").split("/v2/")[0] + location
+            location = self._origin() + location
         sep = "&" if "?" in location else "?"
         done = self.request(
             "PUT",

@@ -15,6 +15,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from typing import ClassVar
 
 import pytest
 import requests
@@ -316,3 +317,43 @@ def test_promote_refuses_what_cannot_make_one_index(registry: Registry) -> None:
     assert code == 2
     assert "is not a tag to promote to" in out
     assert not registry.has(REPO, "x")
+
+
+class _Tokened(http.server.BaseHTTPRequestHandler):
+    """A registry that wants an anonymous bearer token from its realm and has nothing else:
+    every manifest and the referrers API answer 404."""
+
+    scopes: ClassVar[list[str]] = []
+
+    def log_message(self, *args: object) -> None:
+        return None
+
+    def _send(self, status: int, body: bytes = b"", **headers: str) -> None:
+        self.send_response(status)
+        for key, value in {**headers, "Content-Length": str(len(body))}.items():
+            self.send_header(key.replace("_", "-"), value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        if self.path.startswith("/token"):
+            self.scopes.append(self.path)
+            self._send(200, b'{"token": "anonymous-t"}')
+        elif self.headers.get("Authorization") != "Bearer anonymous-t":
+            realm = f"http://{self.headers.get('Host')}/token"
+            self._send(401, b"{}", WWW_Authenticate=f'Bearer realm="{realm}",service="test"')
+        else:
+            self._send(200 if self.path == "/v2/" else 404, b"{}")
+
+
+def test_an_anonymous_token_is_asked_once_for_pull_and_push() -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Tokened)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        client = ocireg.RegistryClient(f"127.0.0.1:{server.server_port}", REPO)
+        assert ocireg.referrers(client, "sha256:" + "3" * 64) == []
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert len(_Tokened.scopes) == 1
+    assert "scope=repository%3Aenvbuild-it%2Fevidence%3Apull%2Cpush" in _Tokened.scopes[0]
