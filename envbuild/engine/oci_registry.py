@@ -20,8 +20,10 @@ from envbuild.engine import oci
 from envbuild.engine import registry as reg
 
 ACCEPT_MANIFEST = ", ".join((*oci.IMAGE_MANIFESTS, *oci.INDEXES))
-MAX_REFERRERS = 64
-"""Referrers read per digest, and layers per referrer: a verify needs a handful."""
+MAX_ENTRIES = 1000
+"""Referrers of a digest, and layers of one manifest, read at most: more is refused, not cut
+(a cut list could hide the one passing attestation). cosign refuses more than 1000 layers
+in its tags too (pkg/oci/remote/signatures.go `maxLayers`)."""
 
 
 @dataclass(frozen=True)
@@ -389,8 +391,14 @@ def _documents(client: RegistryClient, reference: str) -> tuple[oci.Document, ..
     layers = oci.descriptors(doc, "layers", f"manifest {reference}", client.registry)
     return tuple(
         oci.Document(layer.media_type, client.blob(layer.digest), dict(layer.annotations))
-        for layer in layers[:MAX_REFERRERS]
+        for layer in _capped(layers, f"manifest {reference}", client.registry)
     )
+
+
+def _capped(items: list[oci.Descriptor], what: str, url: str) -> list[oci.Descriptor]:
+    if len(items) > MAX_ENTRIES:
+        raise oci.nonsense(what, url, f"{len(items)} entries, more than {MAX_ENTRIES}")
+    return items
 
 
 def referrers(client: RegistryClient, digest: str) -> list[Referrer]:
@@ -408,7 +416,7 @@ def referrers(client: RegistryClient, digest: str) -> list[Referrer]:
             listed = oci.descriptors(doc, "manifests", "the referrers tag", client.registry)
     found = [
         Referrer(d, source, _documents(client, d.digest))
-        for d in listed[:MAX_REFERRERS]
+        for d in _capped(listed, f"the referrers of {digest}", client.registry)
         if d.media_type == oci.OCI_MANIFEST
     ]
     seen = {oci.sha256_digest(doc.data) for r in found for doc in r.documents}

@@ -182,6 +182,18 @@ def nonsense() -> Iterator[http.server.ThreadingHTTPServer]:
         (b'{"manifests": "all of them"}', None, "is not a list"),
         (b"[]", None, "not a JSON object"),
         (b"{}", 1 << 40, "more than the"),
+        (
+            json.dumps(
+                {
+                    "manifests": [
+                        {"mediaType": oci.OCI_MANIFEST, "digest": "sha256:" + "4" * 64, "size": 1}
+                    ]
+                    * 1001
+                }
+            ).encode(),
+            None,
+            "1001 entries, more than 1000",
+        ),
     ],
 )
 def test_a_registry_answering_nonsense_is_a_registry_error_not_a_traceback(
