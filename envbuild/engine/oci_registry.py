@@ -105,12 +105,17 @@ class RegistryClient:
 
         schemes = ("https", "http") if reg.is_loopback(self.registry) else ("https",)
         for scheme in schemes:
+            url = f"{scheme}://{self.registry}/v2/"
             try:
-                self._send("GET", f"{scheme}://{self.registry}/v2/", {}, None, 4096)
+                ping = self._send("GET", url, {}, None, 64 << 10)
             except RegistryError as err:
                 if isinstance(err.__cause__, requests.exceptions.SSLError) and scheme == "https":
                     continue
                 raise
+            # 200, or 401 before a login: the registry API is here (distribution spec,
+            # "Determining support"); anything else is some other server.
+            if ping.status not in (200, 401):
+                raise oci.nonsense("GET /v2/", url, f"HTTP {ping.status}: not a registry")
             return f"{scheme}://{self.registry}"
         raise AssertionError("unreachable: the last scheme raises or returns")
 

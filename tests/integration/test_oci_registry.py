@@ -369,3 +369,17 @@ def test_an_anonymous_token_is_asked_once_for_pull_and_push() -> None:
         server.server_close()
     assert len(_Tokened.scopes) == 1
     assert "scope=repository%3Aenvbuild-it%2Fevidence%3Apull%2Cpush" in _Tokened.scopes[0]
+
+
+def test_a_server_that_is_not_a_registry_is_said_so() -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()  # 501 for every GET
+    try:
+        client = ocireg.RegistryClient(f"127.0.0.1:{server.server_port}", REPO)
+        with pytest.raises(RegistryError) as info:
+            ocireg.referrers(client, "sha256:" + "5" * 64)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert info.value.fields["kind"] == "invalid"
+    assert "not a registry" in info.value.message
