@@ -169,6 +169,7 @@ class RegistryClient:
         self, method: str, url: str, headers: Mapping[str, str], data: bytes | None, limit: int
     ) -> Answer:
         import requests
+        import urllib3
 
         try:
             resp = self._session.request(
@@ -182,7 +183,8 @@ class RegistryClient:
             with resp:
                 body = b"" if method == "HEAD" else self._read(resp, url, limit)
                 return Answer(resp.status_code, resp.headers, body)
-        except requests.RequestException as err:
+        # urllib3's own errors (a broken or timed-out read) reach here from `raw` unwrapped.
+        except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as err:
             raise RegistryError(
                 f"the registry {self.registry} cannot be reached: {type(err).__name__}: {err}",
                 hint=f"check the address and that this machine reaches {self.registry}",

@@ -383,3 +383,15 @@ def test_a_server_that_is_not_a_registry_is_said_so() -> None:
         server.server_close()
     assert info.value.fields["kind"] == "invalid"
     assert "not a registry" in info.value.message
+
+
+def test_an_answer_that_breaks_off_is_a_registry_error(
+    nonsense: http.server.ThreadingHTTPServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_Nonsense, "body", b'{"manifests": [')
+    monkeypatch.setattr(_Nonsense, "length", 4096)  # promised, never sent: the server closes
+    client = ocireg.RegistryClient(f"127.0.0.1:{nonsense.server_port}", REPO)
+    with pytest.raises(RegistryError) as info:
+        ocireg.referrers(client, "sha256:" + "6" * 64)
+    assert info.value.exit_code == 8
+    assert info.value.fields["kind"] == "unreachable"
