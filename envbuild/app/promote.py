@@ -110,16 +110,33 @@ def digests_of(images: Sequence[str], target: str) -> list[str]:
     return out
 
 
-def why_refused(found: Sequence[ocireg.Referrer]) -> str | None:
-    """None when a referrer holds a passing smoke attestation; else why not."""
+def about(envelope: bytes, digest: str) -> bool:
+    """Does the envelope's Statement name `digest` among its subjects (in-toto Statement v1:
+    `subject[].digest.sha256`)? An attestation of another image attached here does not
+    count for this one."""
+    subjects = (statement(envelope) or {}).get("subject")
+    algorithm, _, hex_digits = digest.partition(":")
+    return isinstance(subjects, list) and any(
+        isinstance(s, dict)
+        and isinstance(s.get("digest"), dict)
+        and s["digest"].get(algorithm) == hex_digits
+        for s in subjects
+    )
+
+
+def why_refused(found: Sequence[ocireg.Referrer], digest: str) -> str | None:
+    """None when a referrer holds a passing smoke attestation about `digest`; else why not."""
     envelopes = [d for r in found for d in r.documents if d.media_type == oci.DSSE]
     smoke = [
         e for e in envelopes if (statement(e.data) or {}).get("predicateType") == SMOKE_PREDICATE
     ]
-    if any(passed(e.data) for e in smoke):
+    own = [e for e in smoke if about(e.data, digest)]
+    if any(passed(e.data) for e in own):
         return None
-    if smoke:
+    if own:
         return "its smoke attestations do not say passed"
+    if smoke:
+        return "its smoke attestations are about another image"
     return "no smoke attestation is attached"
 
 
@@ -131,7 +148,7 @@ def promote(target: str, images: Sequence[str], *, client: ClientFactory | None 
     conn = (client or ocireg.RegistryClient)(registry, repo)
     refused = []
     for digest in digests:
-        why = why_refused(ocireg.referrers(conn, digest))
+        why = why_refused(ocireg.referrers(conn, digest), digest)
         if why is not None:
             refused.append({"digest": digest, "why": why})
     if refused:

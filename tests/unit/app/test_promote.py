@@ -7,8 +7,10 @@ import json
 
 import pytest
 
-from envbuild.app.promote import digests_of, passed, target_of
+from envbuild.app.promote import digests_of, passed, target_of, why_refused
 from envbuild.core.errors import UserError
+from envbuild.engine import oci
+from envbuild.engine.oci_registry import Referrer
 
 DIGEST = "sha256:" + "a" * 64
 
@@ -64,3 +66,19 @@ def test_promote_takes_a_tag_and_digests_of_its_own_repository() -> None:
     for bad in ([DIGEST, DIGEST], [f"other/repo@{DIGEST}"], ["sha256:abc"], []):
         with pytest.raises(UserError):
             digests_of(bad, f"{name}:1")
+
+
+def test_an_attestation_counts_only_for_the_image_it_names() -> None:
+    other = "sha256:" + "c" * 64
+    statement = {**SMOKE, "predicate": {"verdict": "passed"}}
+    mine = _envelope({**statement, "subject": [{"name": "x", "digest": {"sha256": "a" * 64}}]})
+    theirs = _envelope({**statement, "subject": [{"name": "x", "digest": {"sha256": "c" * 64}}]})
+
+    def found(*envelopes: bytes) -> list[Referrer]:
+        descriptor = oci.Descriptor(oci.OCI_MANIFEST, other, 1)
+        return [Referrer(descriptor, "tag", tuple(oci.Document(oci.DSSE, e) for e in envelopes))]
+
+    assert why_refused(found(mine), DIGEST) is None
+    assert why_refused(found(theirs), DIGEST) == "its smoke attestations are about another image"
+    assert why_refused(found(theirs, mine), DIGEST) is None
+    assert why_refused(found(), DIGEST) == "no smoke attestation is attached"
