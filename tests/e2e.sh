@@ -13,6 +13,8 @@
 #   5. BuildKit (docker buildx, cache mounts, --cache-to inline) on the pinned lock,
 #      --push REF                                   -> exit 0, the registry holds the digest
 #      the JSON reports
+#   5b. envbuild promote: the base (no smoke attestation) -> exit 9; step 5's image with an
+#      attestation attached (the referrers tag and `.att`) -> an OCI index naming it, linux/amd64
 #   6. Podman through its Docker-compatible API (`podman system service`) on a copy of
 #      images/torch-cpu (1 GB; torch CPU from E2E_WHEELS=/opt/wheels) locked pinned to the
 #      local registry's base as in step 4   -> exit 0, tagged in Podman with the labels
@@ -331,6 +333,44 @@ run docker image rm --no-prune "$REG/envbuild-e2e/torch-slim@$PUSHED" "$REG/$BAS
     "$REG/envbuild-e2e/torch-slim:buildkit" >/dev/null
 left=$(docker image ls --digests --format '{{.Repository}}:{{.Tag}}@{{.Digest}}' | grep -F "$REG/" || true)
 [ -z "$left" ] || fail "registry-named references left on local images: $left"
+lap
+
+say "5b. promote: refused for an image with no smoke attestation (exit 9), then an index of $PUSHED"
+set +e
+run "$ENVBUILD" promote "$REG/$BASE-promoted" "$BASE_DIGEST" --json >"$WORK/refused.json"
+code=$?
+set -e
+[ "$code" = 9 ] || fail "promote of a base that never ran a smoke test exited $code, not 9"
+check_json "$WORK/refused.json" error=PromoteRefused
+# Stands in for the signed smoke attestation `envbuild image` is to attach (issue 31): an
+# unsigned DSSE envelope of step 5's own verdict. What is tested here is the registry side.
+REG=$REG PUSHED=$PUSHED "$PY" - "$WORK/buildkit.json" <<'EOF' || fail "attaching the smoke attestation failed"
+import base64, json, os, sys
+from envbuild.engine import oci, oci_registry
+digest, smoke = os.environ["PUSHED"], "https://envbuild.dev/smoke/v1"
+verdict = "passed" if json.load(open(sys.argv[1]))["ok"] is True else "failed"
+statement = {"_type": "https://in-toto.io/Statement/v1", "predicateType": smoke,
+             "subject": [{"name": "envbuild-e2e/torch-slim", "digest": {"sha256": digest[7:]}}],
+             "predicate": {"verdict": verdict}}
+payload = base64.b64encode(json.dumps(statement).encode()).decode()
+envelope = json.dumps({"payloadType": "application/vnd.in-toto+json", "payload": payload,
+                       "signatures": []}).encode()
+client = oci_registry.RegistryClient(os.environ["REG"], "envbuild-e2e/torch-slim")
+done = oci_registry.attach(client, digest, oci.DSSE, [oci_registry.attestation(envelope, smoke)])
+print(f"attached {done.digest} ({done.referrers}; {done.attestation_tag})", file=sys.stderr)
+EOF
+run "$ENVBUILD" promote "$REG/envbuild-e2e/torch-slim:promoted" "$PUSHED" --json >"$WORK/promoted.json"
+check_json "$WORK/promoted.json" ok=True "ref=$REG/envbuild-e2e/torch-slim:promoted"
+curl -sf -H 'Accept: application/vnd.oci.image.index.v1+json' \
+    "http://$REG/v2/envbuild-e2e/torch-slim/manifests/promoted" >"$WORK/promoted.index.json"
+PUSHED=$PUSHED "$PY" - "$WORK/promoted.index.json" <<'EOF' || fail "the promoted index is wrong (see $WORK/promoted.index.json)"
+import json, os, sys
+index = json.load(open(sys.argv[1]))
+assert index["mediaType"] == "application/vnd.oci.image.index.v1+json", index
+got = [(m["digest"], m["platform"]) for m in index["manifests"]]
+assert got == [(os.environ["PUSHED"], {"architecture": "amd64", "os": "linux"})], got
+print(f"index ok: {got}", file=sys.stderr)
+EOF
 lap
 
 if [ "$E2E_PODMAN" = 1 ]; then

@@ -51,6 +51,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Check an image's signed smoke attestation and SBOM.",
     ),
     "matrix": ("envbuild.cli.commands.matrix", "Check or refresh the compatibility matrix."),
+    "promote": (
+        "envbuild.cli.commands.promote",
+        "Push a multi-arch index of images whose smoke test passed.",
+    ),
 }
 
 EXIT_INTERNAL = 70  # EX_SOFTWARE: a bug in envbuild, not in the user's input

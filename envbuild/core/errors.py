@@ -161,7 +161,9 @@ class GpuUnavailableError(EnvironmentFailure):
 
 class RegistryError(EnvironmentFailure):
     """A registry refused or failed a push (auth, TLS, quota, unreachable; `fields.kind`).
-    Exit 8: the image passed its smoke test and is tagged locally; only the push failed."""
+    Exit 8: the image passed its smoke test and is tagged locally; only the push failed.
+    Also a registry that refuses, or answers nonsense to, attaching or reading evidence and
+    `promote` (`fields.kind` "invalid", "timeout", "missing", ...)."""
 
     exit_code: int = 8
 
@@ -179,6 +181,13 @@ class LockEditedError(StaleLockError):
 
 class PinError(EnvironmentFailure):
     """The delegated Python resolver (uv, or pip as fallback) failed or is missing. Exit 3."""
+
+
+class PromoteRefused(EnvbuildError):
+    """`envbuild promote` refused: an image digest has no passing smoke attestation attached.
+    Exit 9; `fields.refused` names each digest and why. Nothing was pushed."""
+
+    exit_code: int = 9
 
 
 class EvidenceError(EnvbuildError):

@@ -80,7 +80,7 @@ def is_loopback(registry: str) -> bool:
         return False
 
 
-def _session(retries: int) -> Any:
+def retrying_session(retries: int = 2) -> Any:
     """A requests session whose retries are urllib3's: a dropped read or a 5xx answer is
     asked again with backoff. Not retried: a refused connection or unknown host (no registry
     here: `lock` goes on unpinned at once), TLS errors, and 429 (a rate limit outlasts any
@@ -137,7 +137,7 @@ def registry_digest(ref: str, *, timeout: float = 5.0, retries: int = 2) -> str 
     import requests  # lazy: heavy, and only `lock` needs it
 
     schemes = ("https", "http") if is_loopback(registry) else ("https",)
-    session = _session(retries)
+    session = retrying_session(retries)
     for scheme in schemes:
         url = f"{scheme}://{registry}/v2/{repo}/manifests/{tag}"
         try:
@@ -178,16 +178,23 @@ def _get_manifest(session: Any, url: str, repo: str, timeout: float) -> Any:
     if resp.status_code != 401:
         return resp
     challenge = resp.headers.get("WWW-Authenticate", "")
-    params = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
-    realm = params.pop("realm", "")
-    if not realm or not challenge.lower().startswith("bearer"):
-        return None
-    params.setdefault("scope", f"repository:{repo}:pull")
-    token = _token(session.get(realm, params=params, timeout=timeout).content)
+    token = bearer_token(session, challenge, f"repository:{repo}:pull", timeout)
     if token is None:
         return None
     headers["Authorization"] = f"Bearer {token}"
     return session.get(url, headers=headers, timeout=timeout)
+
+
+def bearer_token(session: Any, challenge: str, scope: str, timeout: float) -> str | None:
+    """An anonymous bearer token for `scope` from the realm a 401 answer's
+    `WWW-Authenticate` challenge names (distribution spec, "Token authentication"); None when
+    the registry asks for another scheme or its token endpoint gives none."""
+    params = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
+    realm = params.pop("realm", "")
+    if not realm or not challenge.lower().startswith("bearer"):
+        return None
+    params.setdefault("scope", scope)
+    return _token(session.get(realm, params=params, timeout=timeout).content)
 
 
 def _token(body: bytes) -> str | None:

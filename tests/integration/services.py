@@ -76,11 +76,13 @@ class Registry:
     def has(self, repo: str, reference: str) -> bool:
         return self.manifest(repo, reference).status_code == 200
 
-    def put_image(self, repo: str, tag: str) -> str:
-        """Push a tiny image by HTTP alone (one layer, a config): its manifest digest."""
+    def put_image(self, repo: str, tag: str, architecture: str = "amd64") -> str:
+        """Push a tiny image by HTTP alone (one layer, a config naming `architecture`): its
+        manifest digest."""
         layer = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03\x03\x00\x00\x00\x00\x00\x00\x00\x00\x00"
-        config = json.dumps({"architecture": "amd64", "os": "linux", "rootfs": {}}).encode()
-        descs = [self._blob(repo, data) for data in (config, layer)]
+        config = {"architecture": architecture, "os": "linux", "rootfs": {}}
+        config["config"] = {"Labels": {"envbuild.test.tag": tag}}  # one digest per tag
+        descs = [self._blob(repo, data) for data in (json.dumps(config).encode(), layer)]
         manifest = json.dumps(
             {
                 "schemaVersion": 2,

@@ -37,7 +37,7 @@ def test_a_registry_whose_host_does_not_resolve_is_not_asked(
     def no_http(retries: int) -> None:
         raise AssertionError("the HTTP session was made for a host that does not resolve")
 
-    monkeypatch.setattr(registry, "_session", no_http)
+    monkeypatch.setattr(registry, "retrying_session", no_http)
     for name in list(os.environ):
         if name.lower().endswith("_proxy"):
             monkeypatch.delenv(name)
