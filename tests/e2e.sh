@@ -6,15 +6,17 @@
 # local base image without any registry (debootstrap + `docker import`), starts a registry on
 # 127.0.0.1 (Debian's docker-registry) and serves the base from it. Then, on images/torch-slim:
 #   1. classic builder: image --allow-cpu          -> exit 0, tag with both labels
+#   1b. the same pass signed (--sign-key --evidence) -> verify exit 0; a forged copy -> 22
 #   2. the same without --allow-cpu                 -> exit 7, no tag, no container
 #   3. --smoke-timeout 1 --resmoke --push REF       -> exit 6, no tag, nothing pushed
 #   4. lock a copy whose base is the local registry's -> pinned = true, FROM ref@sha256:...,
 #      the digest recomputed here from the manifest bytes
 #   5. BuildKit (docker buildx, cache mounts, --cache-to inline) on the pinned lock,
-#      --push REF                                   -> exit 0, the registry holds the digest
-#      the JSON reports
-#   5b. envbuild promote: the base (no smoke attestation) -> exit 9; step 5's image with an
-#      attestation attached (the referrers tag and `.att`) -> an OCI index naming it, linux/amd64
+#      --push REF --sign-key                        -> exit 0, the registry holds the digest
+#      the JSON reports, with the signed attestation and SBOM attached as its referrers
+#   5b. verify REG/REPO@digest -> exit 0; promote the base (no attestation) -> exit 9; a forged
+#      attestation attached to the base -> verify 22, promote 9; promote step 5's digest
+#      -> an OCI index naming it, linux/amd64
 #   6. Podman through its Docker-compatible API (`podman system service`) on a copy of
 #      images/torch-cpu (1 GB; torch CPU from E2E_WHEELS=/opt/wheels) locked pinned to the
 #      local registry's base as in step 4   -> exit 0, tagged in Podman with the labels
@@ -316,7 +318,8 @@ lap
 say "5. BuildKit (docker buildx) on the pinned lock, pushed after the pass"
 command -v docker >/dev/null && docker buildx version >/dev/null 2>&1 || run tools/install-buildx
 run "$ENVBUILD" image "$PINNED" --buildkit --cache-to type=inline --ca-cert "$CA_CERT" \
-    --allow-cpu --tag "$TAG_BUILDKIT" --push "$REG/envbuild-e2e/torch-slim:buildkit" --json >"$WORK/buildkit.json"
+    --allow-cpu --tag "$TAG_BUILDKIT" --push "$REG/envbuild-e2e/torch-slim:buildkit" \
+    --sign-key "$WORK/envbuild.key" --json >"$WORK/buildkit.json"
 PUSHED=$(manifest_digest envbuild-e2e/torch-slim buildkit)
 check_json "$WORK/buildkit.json" ok=True "builder=BuildKit (docker buildx *" \
     "base_image=$REG/$BASE" "pushed.digest=$PUSHED" \
@@ -335,31 +338,41 @@ left=$(docker image ls --digests --format '{{.Repository}}:{{.Tag}}@{{.Digest}}'
 [ -z "$left" ] || fail "registry-named references left on local images: $left"
 lap
 
-say "5b. promote: refused for an image with no smoke attestation (exit 9), then an index of $PUSHED"
+say "5b. evidence in the registry: verified from the digest, promoted; a forged pass refused"
+run "$ENVBUILD" verify "$REG/envbuild-e2e/torch-slim@$PUSHED" --key "$WORK/envbuild.pub" \
+    --lock "$PINNED" --json >"$WORK/verified-registry.json"
+check_json "$WORK/verified-registry.json" ok=True attestations=2 "digest=$PUSHED"
 set +e
-run "$ENVBUILD" promote "$REG/$BASE-promoted" "$BASE_DIGEST" --json >"$WORK/refused.json"
+run "$ENVBUILD" promote "$REG/$BASE-promoted" "$BASE_DIGEST" --key "$WORK/envbuild.pub" --json >"$WORK/refused.json"
 code=$?
 set -e
 [ "$code" = 9 ] || fail "promote of a base that never ran a smoke test exited $code, not 9"
-check_json "$WORK/refused.json" error=PromoteRefused
-# Stands in for the signed smoke attestation `envbuild image` is to attach (issue 31): an
-# unsigned DSSE envelope of step 5's own verdict. What is tested here is the registry side.
-REG=$REG PUSHED=$PUSHED "$PY" - "$WORK/buildkit.json" <<'EOF' || fail "attaching the smoke attestation failed"
+check_json "$WORK/refused.json" error=PromoteRefused "fields.refused=*"
+# Someone with push rights attaches a genuine envelope re-aimed at the base: its signature no
+# longer matches, so verify says 22 and promote refuses it.
+REG=$REG BASE=$BASE BASE_DIGEST=$BASE_DIGEST "$PY" - "$WORK/evidence/torch-slim.intoto.jsonl" <<'EOF' || fail "attaching the forged attestation failed"
 import base64, json, os, sys
 from envbuild.engine import oci, oci_registry
-digest, smoke = os.environ["PUSHED"], "https://envbuild.dev/smoke/v1"
-verdict = "passed" if json.load(open(sys.argv[1]))["ok"] is True else "failed"
-statement = {"_type": "https://in-toto.io/Statement/v1", "predicateType": smoke,
-             "subject": [{"name": "envbuild-e2e/torch-slim", "digest": {"sha256": digest[7:]}}],
-             "predicate": {"verdict": verdict}}
-payload = base64.b64encode(json.dumps(statement).encode()).decode()
-envelope = json.dumps({"payloadType": "application/vnd.in-toto+json", "payload": payload,
-                       "signatures": []}).encode()
-client = oci_registry.RegistryClient(os.environ["REG"], "envbuild-e2e/torch-slim")
-done = oci_registry.attach(client, digest, oci.DSSE, [oci_registry.attestation(envelope, smoke)])
-print(f"attached {done.digest} ({done.referrers}; {done.attestation_tag})", file=sys.stderr)
+env = json.loads(open(sys.argv[1], "rb").read().splitlines()[0])
+stmt = json.loads(base64.b64decode(env["payload"]))
+stmt["subject"] = [{"name": "base", "digest": {"sha256": os.environ["BASE_DIGEST"][7:]}}]
+env["payload"] = base64.b64encode(json.dumps(stmt).encode()).decode()
+client = oci_registry.RegistryClient(os.environ["REG"], os.environ["BASE"].split(":")[0])
+smoke = "https://envbuild.dev/smoke/v1"
+oci_registry.attach(client, os.environ["BASE_DIGEST"], oci.DSSE,
+                    [oci_registry.attestation(json.dumps(env).encode(), smoke)])
 EOF
-run "$ENVBUILD" promote "$REG/envbuild-e2e/torch-slim:promoted" "$PUSHED" --json >"$WORK/promoted.json"
+set +e
+run "$ENVBUILD" verify "$REG/${BASE%%:*}@$BASE_DIGEST" --key "$WORK/envbuild.pub"
+code=$?
+set -e
+[ "$code" = 22 ] || fail "a forged attestation in the registry was not refused with exit 22 (got $code)"
+set +e
+run "$ENVBUILD" promote "$REG/$BASE-promoted" "$BASE_DIGEST" --key "$WORK/envbuild.pub" >/dev/null
+code=$?
+set -e
+[ "$code" = 9 ] || fail "promote trusted a forged attestation (exit $code, not 9)"
+run "$ENVBUILD" promote "$REG/envbuild-e2e/torch-slim:promoted" "$PUSHED" --key "$WORK/envbuild.pub" --json >"$WORK/promoted.json"
 check_json "$WORK/promoted.json" ok=True "ref=$REG/envbuild-e2e/torch-slim:promoted"
 curl -sf -H 'Accept: application/vnd.oci.image.index.v1+json' \
     "http://$REG/v2/envbuild-e2e/torch-slim/manifests/promoted" >"$WORK/promoted.index.json"

@@ -24,6 +24,10 @@ from envbuild import __version__
 from envbuild.core import fsio
 from envbuild.core.errors import AttestationMissing, UserError
 from envbuild.core.models import Lock
+from envbuild.core.values import parse_image_ref
+from envbuild.engine import oci
+from envbuild.engine import oci_registry as ocireg
+from envbuild.engine.registry import split_ref
 from envbuild.lock import format as lockfmt
 from envbuild.lock import sbom as sbommod
 from envbuild.smoke import attestation as att
@@ -117,6 +121,53 @@ def write(evidence: Evidence, stem: Path) -> dict[str, str]:
     return {"bundle": str(bundle), "sbom": str(sbom_path)}
 
 
+def attach(evidence: Evidence, ref: str, digest: str) -> list[str]:
+    """The evidence pushed as OCI artifacts referring to the pushed manifest `digest` of `ref`
+    (docs/evidence.md, "Registry layout"): the smoke attestation and the SBOM attestation
+    (DSSE, also in cosign's `.att`), and the SBOM itself; the artifacts' digests."""
+    registry, repo, _tag = split_ref(ref)
+    client = ocireg.RegistryClient(registry, repo)
+    done = [
+        ocireg.attach(
+            client, digest, oci.DSSE, [ocireg.attestation(evidence.attestation, att.PREDICATE_TYPE)]
+        ),
+        ocireg.attach(
+            client,
+            digest,
+            oci.DSSE,
+            [ocireg.attestation(evidence.sbom_attestation, sbommod.PREDICATE_TYPE)],
+        ),
+        ocireg.attach(client, digest, oci.CYCLONEDX, [oci.Document(oci.CYCLONEDX, evidence.sbom)]),
+    ]
+    return [a.digest for a in done]
+
+
+def registry_envelopes(ref: str) -> tuple[str, list[tuple[str, bytes]]]:
+    """(digest, [(where, envelope)]) of `REGISTRY/REPO@sha256:...`: every DSSE envelope the
+    registry lists as a referrer of the digest (referrers API, fallback tag, cosign's .att)."""
+    parsed = parse_image_ref(ref)
+    if parsed is None or parsed.digest is None:
+        raise UserError(
+            f"{ref!r} is not an image digest reference",
+            hint="give REGISTRY/REPO@sha256:... as `envbuild image --push` reported it",
+        )
+    # split_ref reads name[:tag]; the digest is not part of the repository's name.
+    registry, repo, _tag = split_ref(ref.split("@", 1)[0])
+    client = ocireg.RegistryClient(registry, repo)
+    found = ocireg.referrers(client, parsed.digest)
+    out = []
+    seen: set[str] = set()
+    for r in found:
+        for n, doc in enumerate(d for d in r.documents if d.media_type == oci.DSSE):
+            key = oci.sha256_digest(doc.data)
+            if key not in seen:
+                seen.add(key)
+                out.append(
+                    (f"{ref} ({r.source} referrer {r.descriptor.digest[:19]}, {n + 1})", doc.data)
+                )
+    return parsed.digest, out
+
+
 # --- downstream: verify ------------------------------------------------------------------
 
 
@@ -190,7 +241,7 @@ def verify(
 ) -> Verified:
     """Every envelope (of `bundles`, and `envelopes` fetched elsewhere) verified by one of
     `keys`, about `digest`, under the lock; at least one of them the smoke attestation."""
-    public = [att.load_public_key(_read_key(k)) for k in keys]
+    public = public_keys(keys)
     statements: list[dict[str, Any]] = []
     components = 0
     for where, envelope in [*bundle_envelopes(bundles), *envelopes]:
@@ -213,6 +264,13 @@ def verify(
         sbom_components=components,
         sources=looked,
     )
+
+
+def public_keys(paths: Sequence[Path]) -> list[Any]:
+    """The PEM public keys of `--key` options (any one of them may have signed)."""
+    if not paths:
+        raise UserError("no --key given", hint="pass the PEM public key the images are signed with")
+    return [att.load_public_key(_read_key(k)) for k in paths]
 
 
 def _read_key(path: Path) -> bytes:

@@ -159,6 +159,9 @@ def attest(
         progress(f"signing the smoke attestation and SBOM: {stem}{evidence.BUNDLE_SUFFIX}")
         written = evidence.write(docs, stem)
     written["subjects"] = [s.digest for s in subjects]
+    if outcome.pushed is not None:
+        progress(f"attaching the signed evidence to {outcome.pushed['repo_digest']}")
+        written["attached"] = evidence.attach(docs, outcome.pushed["ref"], outcome.pushed["digest"])
     return replace(outcome, evidence=written)
 
 
@@ -303,10 +306,16 @@ def check_delivery(request: ImageRequest, *, buildkit: bool) -> None:
             f"--save {request.save} is a folder",
             hint="name the archive file, e.g. --save torch.tar",
         )
-    if request.sign_key is not None and request.save is None and request.evidence is None:
+    if (
+        request.sign_key is not None
+        and request.save is None
+        and request.evidence is None
+        and request.push is None
+    ):
         raise UserError(
             "--sign-key needs somewhere to put the attestation",
-            hint="add --save FILE (written beside it) or --evidence DIR",
+            hint="add --push (attached in the registry), --save FILE (written beside it) or "
+            "--evidence DIR",
         )
     if request.evidence is not None and request.evidence.exists() and not request.evidence.is_dir():
         raise UserError(f"--evidence {request.evidence} is not a folder")

@@ -1,6 +1,6 @@
 """The `envbuild promote` use case: per-architecture image digests -> one OCI image index
 (x86_64 + aarch64, say) at a tag, pushed only when every digest has a passing smoke
-attestation attached (`passed`).
+attestation attached, signed by one of the keys given (`why_refused`).
 
 Each digest's platform is read from its config blob (`architecture`, `os`, `variant`), never
 from the user. Raises UserError (2) for references that cannot make one index,
@@ -10,50 +10,20 @@ RegistryError (8) when the registry refuses or answers nonsense.
 
 from __future__ import annotations
 
-import base64
-import binascii
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from envbuild.core.documents import DocumentError, json_loads
-from envbuild.core.errors import PromoteRefused, UserError
+from envbuild.app import evidence
+from envbuild.core.errors import EvidenceError, PromoteRefused, UserError
 from envbuild.core.values import parse_image_ref
 from envbuild.engine import oci
 from envbuild.engine import oci_registry as ocireg
 from envbuild.engine.registry import split_ref
-
-SMOKE_PREDICATE = "https://envbuild.dev/smoke/v1"
-IN_TOTO = "application/vnd.in-toto+json"
+from envbuild.smoke import attestation as att
 
 ClientFactory = Callable[[str, str], ocireg.RegistryClient]
-
-
-def statement(envelope: bytes) -> dict[str, Any] | None:
-    """The in-toto Statement a DSSE envelope carries (its base64 `payload`, DSSE v1.0
-    envelope.md), or None when the bytes are not one."""
-    try:
-        doc = json_loads(envelope)
-        if not isinstance(doc, dict) or doc.get("payloadType") != IN_TOTO:
-            return None
-        payload = doc.get("payload")
-        if not isinstance(payload, str):
-            return None
-        inner = json_loads(base64.b64decode(payload, validate=True))
-    except (DocumentError, binascii.Error, UnicodeDecodeError, ValueError):
-        return None
-    return inner if isinstance(inner, dict) else None
-
-
-def passed(envelope: bytes) -> bool:
-    """Does this envelope say the smoke test passed: an envbuild smoke Statement whose
-    predicate's verdict is "passed". The payload is only decoded here, not verified: the
-    signature check replaces this function."""
-    found = statement(envelope)
-    if found is None or found.get("predicateType") != SMOKE_PREDICATE:
-        return False
-    predicate = found.get("predicate")
-    return isinstance(predicate, dict) and predicate.get("verdict") == "passed"
 
 
 @dataclass(frozen=True)
@@ -110,45 +80,48 @@ def digests_of(images: Sequence[str], target: str) -> list[str]:
     return out
 
 
-def about(envelope: bytes, digest: str) -> bool:
-    """Does the envelope's Statement name `digest` among its subjects (in-toto Statement v1:
-    `subject[].digest.sha256`)? An attestation of another image attached here does not
-    count for this one."""
-    subjects = (statement(envelope) or {}).get("subject")
-    algorithm, _, hex_digits = digest.partition(":")
-    return isinstance(subjects, list) and any(
-        isinstance(s, dict)
-        and isinstance(s.get("digest"), dict)
-        and s["digest"].get(algorithm) == hex_digits
-        for s in subjects
-    )
+def why_refused(found: Sequence[ocireg.Referrer], digest: str, keys: Sequence[Any]) -> str | None:
+    """None when a referrer holds a smoke attestation about `digest`, signed by one of `keys`
+    (`envbuild.smoke.attestation`), that says passed; else why not (the first reason of the
+    most convincing kind: a genuine failed pass before a forged or foreign one)."""
+    envelopes = [d.data for r in found for d in r.documents if d.media_type == oci.DSSE]
+    reasons: list[str] = []
+    genuine_smoke = False
+    for n, data in enumerate(envelopes, start=1):
+        where = f"attestation {n} of {digest}"
+        try:
+            stmt = att.open_envelope(data, keys, where=where)
+            att.check_statement(stmt, where=where, digest=digest)
+        except EvidenceError as err:
+            reasons.append(err.message)
+            continue
+        if stmt.get("predicateType") != att.PREDICATE_TYPE:
+            continue
+        genuine_smoke = True
+        if stmt["predicate"].get("verdict") == "passed":
+            return None
+    if genuine_smoke:
+        return "its signed smoke attestations do not say passed"
+    return reasons[0] if reasons else "no smoke attestation is attached"
 
 
-def why_refused(found: Sequence[ocireg.Referrer], digest: str) -> str | None:
-    """None when a referrer holds a passing smoke attestation about `digest`; else why not."""
-    envelopes = [d for r in found for d in r.documents if d.media_type == oci.DSSE]
-    smoke = [
-        e for e in envelopes if (statement(e.data) or {}).get("predicateType") == SMOKE_PREDICATE
-    ]
-    own = [e for e in smoke if about(e.data, digest)]
-    if any(passed(e.data) for e in own):
-        return None
-    if own:
-        return "its smoke attestations do not say passed"
-    if smoke:
-        return "its smoke attestations are about another image"
-    return "no smoke attestation is attached"
-
-
-def promote(target: str, images: Sequence[str], *, client: ClientFactory | None = None) -> Promoted:
-    """`envbuild promote TARGET DIGEST...`: the gate for every digest, then their platforms,
-    then the index pushed to TARGET."""
+def promote(
+    target: str,
+    images: Sequence[str],
+    *,
+    keys: Sequence[Path],
+    client: ClientFactory | None = None,
+) -> Promoted:
+    """`envbuild promote TARGET DIGEST... --key PUB`: the gate for every digest (a passing
+    smoke attestation signed by one of `keys`), then their platforms, then the index pushed
+    to TARGET."""
     registry, repo, tag = target_of(target)
     digests = digests_of(images, target)
+    public = evidence.public_keys(keys)
     conn = (client or ocireg.RegistryClient)(registry, repo)
     refused = []
     for digest in digests:
-        why = why_refused(ocireg.referrers(conn, digest), digest)
+        why = why_refused(ocireg.referrers(conn, digest), digest, public)
         if why is not None:
             refused.append({"digest": digest, "why": why})
     if refused:

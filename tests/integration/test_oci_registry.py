@@ -8,13 +8,16 @@ opaque bytes shaped like the smoke attestation (a DSSE envelope) and a CycloneDX
 
 from __future__ import annotations
 
-import base64
+import atexit
 import http.server
 import json
+import shutil
+import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import ClassVar
 
 import pytest
@@ -25,23 +28,20 @@ from envbuild.engine import oci
 from envbuild.engine import oci_registry as ocireg
 from envbuild.engine.docker import DockerEngine
 from tests.integration.services import Registry, registry_server
+from tests.signing import forged, key_pair, smoke_envelope
 
 SMOKE = "https://envbuild.dev/smoke/v1"
 REPO = "envbuild-it/evidence"
 
 
+_KEYS = Path(tempfile.mkdtemp(prefix="it-oci-keys-"))
+atexit.register(shutil.rmtree, _KEYS, True)
+PRIVATE, PUBLIC = key_pair(_KEYS)
+
+
 def envelope(digest: str, verdict: str) -> bytes:
-    """A DSSE envelope of an in-toto Statement about `digest` (unsigned: the bytes are opaque
-    to the registry side)."""
-    statement = {
-        "_type": "https://in-toto.io/Statement/v1",
-        "subject": [{"name": REPO, "digest": {"sha256": digest.split(":", 1)[1]}}],
-        "predicateType": SMOKE,
-        "predicate": {"verdict": verdict},
-    }
-    payload = base64.b64encode(json.dumps(statement).encode()).decode()
-    doc = {"payloadType": "application/vnd.in-toto+json", "payload": payload, "signatures": []}
-    return json.dumps(doc).encode()
+    """A smoke attestation about `digest`, signed with this module's key (PUBLIC)."""
+    return smoke_envelope(digest, verdict, PRIVATE, name=REPO)
 
 
 SBOM = json.dumps({"bomFormat": "CycloneDX", "specVersion": "1.5", "components": []}).encode()
@@ -271,7 +271,7 @@ def test_promote_pushes_a_two_platform_index_only_when_both_passed(
     target = f"{registry.host}/{REPO}:multi-{pushed[7:19]}"
     ocireg.attach(client, pushed, oci.DSSE, [ocireg.attestation(envelope(pushed, "passed"), SMOKE)])
 
-    code, out = _cli("promote", target, pushed, arm, "--json")
+    code, out = _cli("promote", "--key", str(PUBLIC), target, pushed, arm, "--json")
     assert code == 9, out
     refused = json.loads(out)
     assert refused["error"] == "PromoteRefused"
@@ -281,14 +281,17 @@ def test_promote_pushes_a_two_platform_index_only_when_both_passed(
     assert not registry.has(REPO, target.rsplit(":", 1)[1])
 
     ocireg.attach(client, arm, oci.DSSE, [ocireg.attestation(envelope(arm, "failed"), SMOKE)])
-    code, out = _cli("promote", target, pushed, arm, "--json")
+    code, out = _cli("promote", "--key", str(PUBLIC), target, pushed, arm, "--json")
     assert code == 9
     assert (
-        json.loads(out)["fields"]["refused"][0]["why"] == "its smoke attestations do not say passed"
+        json.loads(out)["fields"]["refused"][0]["why"]
+        == "its signed smoke attestations do not say passed"
     )
 
     ocireg.attach(client, arm, oci.DSSE, [ocireg.attestation(envelope(arm, "passed"), SMOKE)])
-    code, out = _cli("promote", target, pushed, f"{registry.host}/{REPO}@{arm}", "--json")
+    code, out = _cli(
+        "promote", "--key", str(PUBLIC), target, pushed, f"{registry.host}/{REPO}@{arm}", "--json"
+    )
     assert code == 0, out
     done = json.loads(out)
     index = _raw(registry, target.rsplit(":", 1)[1], oci.OCI_INDEX)
@@ -316,16 +319,16 @@ def test_promote_refuses_what_cannot_make_one_index(registry: Registry) -> None:
             client, digest, oci.DSSE, [ocireg.attestation(envelope(digest, "passed"), SMOKE)]
         )
     target = f"{registry.host}/{REPO}:x"
-    code, out = _cli("promote", target, one, two)
+    code, out = _cli("promote", "--key", str(PUBLIC), target, one, two)
     assert code == 2
     assert "two images are linux/amd64" in out
-    code, out = _cli("promote", target, one, f"{registry.host}/other@{two}")
+    code, out = _cli("promote", "--key", str(PUBLIC), target, one, f"{registry.host}/other@{two}")
     assert code == 2
     assert "is not in" in out
-    code, out = _cli("promote", target, one, one)
+    code, out = _cli("promote", "--key", str(PUBLIC), target, one, one)
     assert code == 2
     assert "is not a new image digest" in out
-    code, out = _cli("promote", f"{registry.host}/{REPO}", one)
+    code, out = _cli("promote", "--key", str(PUBLIC), f"{registry.host}/{REPO}", one)
     assert code == 2
     assert "is not a tag to promote to" in out
     assert not registry.has(REPO, "x")
@@ -395,3 +398,57 @@ def test_an_answer_that_breaks_off_is_a_registry_error(
         ocireg.referrers(client, "sha256:" + "6" * 64)
     assert info.value.exit_code == 8
     assert info.value.fields["kind"] == "unreachable"
+
+
+@pytest.mark.engine
+def test_a_forged_attestation_in_the_registry_is_refused(registry: Registry, pushed: str) -> None:
+    """Someone with push rights flips a failed verdict: promote refuses, verify says 22."""
+    client = ocireg.RegistryClient(registry.host, REPO)
+    flipped = forged(envelope(pushed, "failed"), lambda s: s["predicate"].update(verdict="passed"))
+    ocireg.attach(client, pushed, oci.DSSE, [ocireg.attestation(flipped, SMOKE)])
+    code, out = _cli("promote", "--key", str(PUBLIC), f"{registry.host}/{REPO}:f", pushed, "--json")
+    assert code == 9, out
+    assert "changed after it was signed" in json.loads(out)["fields"]["refused"][0]["why"]
+    code, out = _cli("verify", f"{registry.host}/{REPO}@{pushed}", "--key", str(PUBLIC))
+    assert code == 22, out
+
+
+@pytest.mark.engine
+def test_image_evidence_is_attached_and_verified_from_the_registry(
+    registry: Registry, pushed: str
+) -> None:
+    from envbuild.app import evidence
+    from envbuild.lock.format import loads, lock_sha256
+
+    text = (Path(__file__).resolve().parents[2] / "images/torch-slim/envbuild.lock").read_text()
+    report = {
+        "ok": True,
+        "checks": [],
+        "host": {"driver": "580.159.04", "gpus": [{"name": "NVIDIA H200", "cc": "9.0"}]},
+    }
+    docs = evidence.make(
+        lock=loads(text),
+        lock_sha256=lock_sha256(text),
+        report=report,
+        subjects=[evidence.Subject(f"{registry.host}/{REPO}", pushed)],
+        gpu_attach="cdi",
+        engine="docker",
+        signer=evidence.load_signer(PRIVATE),
+    )
+    attached = evidence.attach(docs, f"{registry.host}/{REPO}:x", pushed)
+    assert len(attached) == 3
+    kinds = sorted(
+        d.media_type
+        for r in ocireg.referrers(ocireg.RegistryClient(registry.host, REPO), pushed)
+        for d in r.documents
+    )
+    assert kinds.count(oci.CYCLONEDX) == 1 and kinds.count(oci.DSSE) >= 2
+    ref = f"{registry.host}/{REPO}@{pushed}"
+    code, out = _cli("verify", ref, "--key", str(PUBLIC), "--json")
+    assert code == 0, out
+    doc = json.loads(out)
+    assert doc["attestations"] == 2 and doc["digest"] == pushed
+    assert doc["proven_on"] == [{"product": "NVIDIA H200", "cc": "9.0", "driver_branch": "580"}]
+    other = "sha256:" + "9" * 64
+    code, _out = _cli("verify", f"{registry.host}/{REPO}@{other}", "--key", str(PUBLIC))
+    assert code in (8, 20)  # the registry lacks the digest, or lists no referrer of it

@@ -3,6 +3,8 @@ passing smoke attestation."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from envbuild.cli import console
@@ -13,13 +15,15 @@ from envbuild.cli.options import help_epilog
     "promote",
     help=(
         "Push an OCI image index (a multi-arch tag) naming each DIGEST, only when every one "
-        "has a passing smoke attestation attached in the registry. The platform of each comes "
+        "has a passing smoke attestation attached in the registry, signed by one of --key. The platform of each comes "
         "from its image config; every digest must be in TARGET's repository."
     ),
     epilog=help_epilog(
         [
-            "envbuild promote registry.example.com/team/torch:1 sha256:1a2b... sha256:3c4d...",
-            "envbuild promote 127.0.0.1:5000/torch:1 127.0.0.1:5000/torch@sha256:1a2b... --json",
+            "envbuild promote registry.example.com/team/torch:1 sha256:1a2b... sha256:3c4d... "
+            "--key envbuild.pub",
+            "envbuild promote 127.0.0.1:5000/torch:1 127.0.0.1:5000/torch@sha256:1a2b... "
+            "--key envbuild.pub --json",
         ],
         [
             (0, "the index was pushed"),
@@ -31,12 +35,21 @@ from envbuild.cli.options import help_epilog
 )
 @click.argument("target")
 @click.argument("digests", nargs=-1, required=True)
+@click.option(
+    "--key",
+    "keys",
+    multiple=True,
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="PUB",
+    help="A PEM public key the smoke attestations may be signed with (repeatable).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
-def command(target: str, digests: tuple[str, ...], as_json: bool) -> None:
+def command(target: str, digests: tuple[str, ...], keys: tuple[Path, ...], as_json: bool) -> None:
     from envbuild.app import promote
     from envbuild.engine.oci import platform_name
 
-    done = promote.promote(target, digests)
+    done = promote.promote(target, digests, keys=keys)
     if as_json:
         console.emit_json(done.to_json())
         return

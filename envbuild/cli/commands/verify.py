@@ -23,6 +23,7 @@ from envbuild.core.errors import UserError
     epilog=help_epilog(
         [
             "envbuild verify torch.tar --key envbuild.pub --lock images/torch-train",
+            "envbuild verify registry.example.com/ml/torch@sha256:... --key envbuild.pub",
             "envbuild verify --attestation torch.intoto.jsonl --digest sha256:... --key a.pub",
         ],
         [
@@ -36,7 +37,7 @@ from envbuild.core.errors import UserError
         ],
     ),
 )
-@click.argument("archive", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("target", required=False, metavar="ARCHIVE_OR_REF")
 @click.option(
     "--key",
     "keys",
@@ -64,19 +65,30 @@ from envbuild.core.errors import UserError
 )
 @click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")
 def command(
-    archive: Path | None,
+    target: str | None,
     keys: tuple[Path, ...],
     bundles: tuple[Path, ...],
     digest: str | None,
     lock_dir: Path | None,
     as_json: bool,
 ) -> None:
-    """Verify ARCHIVE's (a `--save` docker-archive) or --attestation's smoke attestation."""
+    """Verify the smoke attestation of ARCHIVE_OR_REF (a `--save` docker-archive, or
+    REGISTRY/REPO@sha256:... whose referrers hold it) or of --attestation FILE."""
     from envbuild.app import evidence
 
-    if archive is None and not bundles:
-        raise UserError("nothing to verify", hint="give ARCHIVE or --attestation FILE")
-    if archive is not None:
+    if target is None and not bundles:
+        raise UserError(
+            "nothing to verify", hint="give ARCHIVE, REGISTRY/REPO@sha256:... or --attestation FILE"
+        )
+    envelopes: list[tuple[str, bytes]] = []
+    sources: list[str] = []
+    if target is not None and not Path(target).exists() and "@sha256:" in target:
+        ref_digest, envelopes = evidence.registry_envelopes(target)
+        if digest is not None and digest != ref_digest:
+            raise UserError(f"--digest {digest} is not {target}'s digest")
+        digest, sources = ref_digest, [target]
+    elif target is not None:
+        archive = Path(target)
         archive_id = evidence.archive_digest(archive)
         if digest is not None and digest != archive_id:
             raise UserError(f"--digest {digest} is not {archive}'s image id {archive_id}")
@@ -87,6 +99,8 @@ def command(
         keys=keys,
         digest=digest,
         lock_sha256=evidence.lock_sha256_of(lock_dir) if lock_dir is not None else None,
+        envelopes=envelopes,
+        sources=sources,
     )
     if as_json:
         console.emit_json(result.to_json())

@@ -2,56 +2,18 @@
 
 from __future__ import annotations
 
-import base64
-import json
+from pathlib import Path
 
 import pytest
 
-from envbuild.app.promote import digests_of, passed, target_of, why_refused
+from envbuild.app import evidence
+from envbuild.app.promote import digests_of, target_of, why_refused
 from envbuild.core.errors import UserError
 from envbuild.engine import oci
 from envbuild.engine.oci_registry import Referrer
+from tests.signing import forged, key_pair, smoke_envelope
 
 DIGEST = "sha256:" + "a" * 64
-
-
-def _envelope(statement: object, payload_type: str = "application/vnd.in-toto+json") -> bytes:
-    payload = base64.b64encode(json.dumps(statement).encode()).decode()
-    return json.dumps({"payloadType": payload_type, "payload": payload, "signatures": []}).encode()
-
-
-SMOKE = {
-    "_type": "https://in-toto.io/Statement/v1",
-    "predicateType": "https://envbuild.dev/smoke/v1",
-}
-
-
-@pytest.mark.parametrize(
-    ("envelope", "expected"),
-    [
-        (_envelope({**SMOKE, "predicate": {"verdict": "passed"}}), True),
-        (_envelope({**SMOKE, "predicate": {"verdict": "failed"}}), False),
-        (_envelope({**SMOKE, "predicate": {"verdict": "passed"}}, "text/plain"), False),
-        (
-            _envelope(
-                {
-                    **SMOKE,
-                    "predicateType": "https://slsa.dev/provenance/v1",
-                    "predicate": {"verdict": "passed"},
-                }
-            ),
-            False,
-        ),
-        (_envelope({**SMOKE, "predicate": "passed"}), False),
-        (_envelope(["not", "a", "statement"]), False),
-        (b'{"payloadType": "application/vnd.in-toto+json", "payload": "***"}', False),
-        (b"\xff\xfe not json", False),
-    ],
-)
-def test_passed_reads_the_verdict_of_an_envbuild_smoke_statement_only(
-    envelope: bytes, expected: bool
-) -> None:
-    assert passed(envelope) is expected
 
 
 def test_promote_takes_a_tag_and_digests_of_its_own_repository() -> None:
@@ -68,17 +30,30 @@ def test_promote_takes_a_tag_and_digests_of_its_own_repository() -> None:
             digests_of(bad, f"{name}:1")
 
 
-def test_an_attestation_counts_only_for_the_image_it_names() -> None:
+def test_only_a_signed_pass_about_the_digest_opens_the_gate(tmp_path: Path) -> None:
+    private, public = key_pair(tmp_path)
+    other_private, _other_public = key_pair(tmp_path, "other")
+    keys = evidence.public_keys([public])
     other = "sha256:" + "c" * 64
-    statement = {**SMOKE, "predicate": {"verdict": "passed"}}
-    mine = _envelope({**statement, "subject": [{"name": "x", "digest": {"sha256": "a" * 64}}]})
-    theirs = _envelope({**statement, "subject": [{"name": "x", "digest": {"sha256": "c" * 64}}]})
 
     def found(*envelopes: bytes) -> list[Referrer]:
         descriptor = oci.Descriptor(oci.OCI_MANIFEST, other, 1)
         return [Referrer(descriptor, "tag", tuple(oci.Document(oci.DSSE, e) for e in envelopes))]
 
-    assert why_refused(found(mine), DIGEST) is None
-    assert why_refused(found(theirs), DIGEST) == "its smoke attestations are about another image"
-    assert why_refused(found(theirs, mine), DIGEST) is None
-    assert why_refused(found(), DIGEST) == "no smoke attestation is attached"
+    mine = smoke_envelope(DIGEST, "passed", private)
+    assert why_refused(found(mine), DIGEST, keys) is None
+    assert why_refused(found(), DIGEST, keys) == "no smoke attestation is attached"
+    failed = why_refused(found(smoke_envelope(DIGEST, "failed", private)), DIGEST, keys)
+    assert failed == "its signed smoke attestations do not say passed"
+    theirs = why_refused(found(smoke_envelope(other, "passed", private)), DIGEST, keys)
+    assert theirs is not None and "is about " + other in theirs
+    foreign = why_refused(found(smoke_envelope(DIGEST, "passed", other_private)), DIGEST, keys)
+    assert foreign is not None and "not by any key given" in foreign
+    flipped = forged(
+        smoke_envelope(DIGEST, "failed", private),
+        lambda s: s["predicate"].update(verdict="passed"),
+    )
+    why = why_refused(found(flipped), DIGEST, keys)
+    assert why is not None and "changed after it was signed" in why
+    # A forged one beside a genuine pass does not hide the pass.
+    assert why_refused(found(flipped, mine), DIGEST, keys) is None

@@ -43,8 +43,16 @@ def _keys(folder: Path, name: str) -> tuple[Path, Path]:
 
 
 @pytest.fixture
-def signed(tmp_path: Path) -> dict[str, Any]:
-    """A pass of torch-slim's lock, attested into tmp_path/evidence by `image.attest`."""
+def signed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """A pass of torch-slim's lock, attested into tmp_path/evidence by `image.attest`; the
+    registry part (tests/integration/test_oci_registry.py) only recorded."""
+    attached: list[tuple[str, str]] = []
+
+    def record(_docs: object, ref: str, digest: str) -> list[str]:
+        attached.append((ref, digest))
+        return ["sha256:" + "f" * 64]
+
+    monkeypatch.setattr(evidence, "attach", record)
     text = (IMAGES / "torch-slim" / "envbuild.lock").read_text()
     outcome = _outcome()
     outcome = replace(
