@@ -156,6 +156,8 @@ def _check_release(row: AnyRow) -> Iterable[str]:
         yield f"version {row.version!r} is not an exact release like '2.7.1'"
     if not _spec_ok(row.python):
         yield f"python {row.python!r} is not a version range like '>=3.9,<3.14'"
+    if row.free_threaded is not None and not _spec_ok(row.free_threaded):
+        yield f"free_threaded {row.free_threaded!r} is not a version range like '==3.14.*'"
 
 
 def _check_build(row: AnyRow) -> Iterable[str]:

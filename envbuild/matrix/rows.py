@@ -61,9 +61,13 @@ _LATER_FIELDS: dict[str, frozenset[str]] = {
 so adding a field to the schema does not make every existing lock stale."""
 
 
-_NOT_LOCKED: dict[str, frozenset[str]] = {"Arch": frozenset({"memory_gib", "memory_source"})}
-"""Fields no lock decision reads (the memory fit of a smoke report does): a change to them
-leaves every lock fresh."""
+_NOT_LOCKED: dict[str, frozenset[str]] = {
+    "Arch": frozenset({"memory_gib", "memory_source"}),
+    "FrameworkRelease": frozenset({"free_threaded"}),
+}
+"""Fields no lock decision reads (the memory fit of a smoke report does; a lock's Python is an
+OS row's, never a free-threaded one, docs/request.md "Python"): a change to them leaves every
+lock fresh."""
 
 
 def fingerprint_of(row: object) -> str:
@@ -157,6 +161,9 @@ class FrameworkRelease:
     variants_known: bool = True
     """False when only some of the release's CUDA variants could be read (the others exist
     but are not in the matrix): picks from it say so."""
+    free_threaded: str | None = None
+    """Specifier of the free-threaded Pythons with Linux wheels (ABI tag cp314t: "==3.14.*");
+    None = no such wheels recorded, so a request for "3.14t" is refused for this release."""
 
     @property
     def key(self) -> str:
