@@ -90,6 +90,10 @@ def parse_gpu(matrix: Matrix, text: str) -> Arch:
     want = _tokens(raw)
     if want:
         ccs, name = _by_name(matrix, want)
+        if not ccs and want[0] == "quadro":
+            # NVIDIA's list names some Quadro parts without the brand ("T1000", "P620", the
+            # mobile "RTX 3000"), which NVML spells "Quadro T1000"; the full name wins above.
+            ccs, name = _by_name(matrix, want[1:])
         if len(ccs) > 1:
             ordered = sorted(ccs)
             raise UserError(

@@ -55,6 +55,9 @@ def test_every_listed_gpu_resolves_to_its_compute_capability(spelling: str) -> N
         ("NVIDIA GeForce RTX 3080 Ti Laptop GPU", "8.6"),
         ("NVIDIA GeForce GTX 1650 Ti with Max-Q Design", "7.5"),
         ("NVIDIA TITAN Xp", "6.1"),
+        ("Quadro T2000", "7.5"),
+        ("Quadro T1000 with Max-Q Design", "7.5"),
+        ("Quadro P520", "6.1"),
     ],
 )
 def test_nvml_spellings_with_more_words_take_the_longest_listed_name(nvml: str, cc: str) -> None:
