@@ -53,12 +53,11 @@ def _by_name(matrix: Matrix, want: tuple[str, ...]) -> tuple[set[str], str]:
 def _unbuildable(matrix: Matrix, text: str, cc: str, name: str) -> UserError:
     """A GPU NVIDIA lists whose compute capability no CUDA release the matrix knows targets."""
     oldest = min(matrix.archs, key=lambda a: tuple(int(p) for p in a.cc.split(".")), default=None)
+    since = f" (its oldest is {oldest.cc}, {oldest.family})" if oldest else ""
     return UserError(
-        f"{text!r} ({name}) is compute capability {cc} on NVIDIA's list (matrix/gpu_list.toml: "
-        f"{_LIST_URL}), and the matrix has no "
-        f"architecture {cc}"
-        + (f" (its oldest is {oldest.cc}, {oldest.family})" if oldest else "")
-        + ": no framework build envbuild knows runs on it",
+        f"{text!r} ({name}) is compute capability {cc} on NVIDIA's list ({_LIST_URL}, "
+        f"matrix/gpu_list.toml), and the matrix has no architecture {cc}{since}: no framework "
+        "build envbuild knows runs on it",
         hint="leave this GPU out of the targets (matrix/gpus.toml lists the architectures "
         "envbuild builds for)",
         fields={"cc": cc},
