@@ -41,7 +41,19 @@ PLATFORM_ALIASES = {"amd64": "x86_64", "x64": "x86_64", "arm64": "aarch64"}
 """Docker's and others' names for them: refused with the right name as the next step."""
 
 PYTHON_VERSION_RE = re.compile(r"^3\.[0-9]{1,2}$")
-"""A Python minor version as a request names it: "3.12"."""
+"""A Python minor version as the matrix and a stack name it: "3.12"."""
+PYTHON_SPEC_RE = re.compile(r"^3\.[0-9]{1,2}t?$")
+"""A Python as a request names it: "3.12", or a free-threaded build "3.14t" (PEP 703; its
+wheels carry the ABI tag cp314t, https://peps.python.org/pep-0703/#build-configuration-changes)."""
+
+
+def free_threaded_minor(python: str | None) -> str | None:
+    """ "3.14" for "3.14t"; None for a GIL Python or none."""
+    if python is not None and python.endswith("t") and PYTHON_SPEC_RE.match(python):
+        return python[:-1]
+    return None
+
+
 OS_NAME_RE = re.compile(r"^[a-z]+[0-9][0-9.]*$")
 """An OS name as the matrix spells it: "ubuntu24.04", "debian12"."""
 

@@ -176,3 +176,23 @@ def check_image_ref(value: object, what: str = "base image", hint: str = FIX_LOC
         raise refuse(what, value, problem, hint)
     assert isinstance(value, str)
     return value
+
+
+# --- GPU names ---------------------------------------------------------------------------------
+
+GPU_VENDOR_WORDS = frozenset({"nvidia", "geforce", "tesla"})
+"""Brand words NVIDIA's list, NVML and users put in front of a GPU's name or leave out
+("NVIDIA GeForce RTX 3090" from NVML, "GeForce RTX 3090" on https://developer.nvidia.com/cuda-gpus,
+"RTX 3090" typed). "Quadro" stays: "Quadro RTX 6000" (7.5) is not "RTX 6000 Ada" (8.9)."""
+
+
+def gpu_name_words(name: str) -> tuple[str, ...]:
+    """THE normal form of a GPU name, for every reader of one (resolver, matrix checks, the memory
+    fit): lower-case runs of letters and digits, leading brand words dropped. NVML's spellings
+    ("NVIDIA A100-SXM4-80GB", "Tesla V100-SXM2-16GB", "NVIDIA RTX 6000 Ada Generation") then
+    start with the words of the listed name ("a100", "v100", "rtx 6000 ada")."""
+    words = re.findall(r"[a-z0-9]+", name.lower())
+    start = 0
+    while start < len(words) and words[start] in GPU_VENDOR_WORDS:
+        start += 1
+    return tuple(words[start:])

@@ -32,7 +32,7 @@ from packaging.version import InvalidVersion, Version
 
 from envbuild.core.errors import PinError, UnsatisfiableError
 from envbuild.core.locations import resolve_local
-from envbuild.core.models import Lock, LockedPackage, Request
+from envbuild.core.models import Lock, LockedPackage, Request, free_threaded_minor
 from envbuild.lock import wheelhashes
 from envbuild.lock.uvenv import isolated_env
 
@@ -271,7 +271,9 @@ def preferences_text(preferences: Sequence[LockedPackage]) -> str:
 
 
 def target_environment(python: str, platform: str) -> dict[str, str]:
-    """PEP 508 marker environment of the image (CPython on Linux)."""
+    """PEP 508 marker environment of the image (CPython on Linux). A free-threaded "3.14t" is
+    python_version "3.14" to markers (PEP 703 changes the ABI tag, not the version)."""
+    python = free_threaded_minor(python) or python
     return {
         "implementation_name": "cpython",
         "implementation_version": f"{python}.0",

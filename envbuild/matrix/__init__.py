@@ -23,6 +23,7 @@ from envbuild.matrix.load import (
 )
 from envbuild.matrix.rows import (
     CONFIDENCES,
+    GPU_SEGMENTS,
     IMAGE_FLAVOURS,
     MATRIX_SCHEMA_VERSION,
     PLATFORMS,
@@ -36,6 +37,7 @@ from envbuild.matrix.rows import (
     HostPlatform,
     KnownIssue,
     LibRelease,
+    ListedGpu,
     Matrix,
     NgcImage,
     OsImage,
@@ -78,6 +80,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "CONFIDENCES",
+    "GPU_SEGMENTS",
     "IMAGE_FLAVOURS",
     "MATRIX_SCHEMA_VERSION",
     "OVERLAY_ENV",
@@ -92,6 +95,7 @@ __all__ = [
     "HostPlatform",
     "KnownIssue",
     "LibRelease",
+    "ListedGpu",
     "Matrix",
     "MatrixReport",
     "NgcImage",

@@ -9,8 +9,10 @@ from collections.abc import Callable, Iterable
 from packaging.specifiers import InvalidSpecifier
 from packaging.version import InvalidVersion, Version
 
+from envbuild.core.values import gpu_name_words
 from envbuild.matrix.rows import (
     CONFIDENCES,
+    GPU_SEGMENTS,
     IMAGE_FLAVOURS,
     ISSUE_EFFECTS,
     PLATFORMS,
@@ -24,6 +26,7 @@ from envbuild.matrix.rows import (
     HostPlatform,
     KnownIssue,
     LibRelease,
+    ListedGpu,
     Matrix,
     NgcImage,
     OsImage,
@@ -153,6 +156,8 @@ def _check_release(row: AnyRow) -> Iterable[str]:
         yield f"version {row.version!r} is not an exact release like '2.7.1'"
     if not _spec_ok(row.python):
         yield f"python {row.python!r} is not a version range like '>=3.9,<3.14'"
+    if row.free_threaded is not None and not _spec_ok(row.free_threaded):
+        yield f"free_threaded {row.free_threaded!r} is not a version range like '==3.14.*'"
 
 
 def _check_build(row: AnyRow) -> Iterable[str]:
@@ -355,6 +360,17 @@ def _check_ngc(row: AnyRow) -> Iterable[str]:
         yield f"min_cc {row.min_cc!r} must look like '7.5'"
 
 
+def _check_listed_gpu(row: AnyRow) -> Iterable[str]:
+    assert isinstance(row, ListedGpu)
+    yield from _common(row)
+    if not gpu_name_words(row.name):
+        yield f"name {row.name!r} has no letters or digits after the brand words"
+    if not _CC_RE.match(row.cc):
+        yield f"cc {row.cc!r} must look like '7.5'"
+    if row.segment not in GPU_SEGMENTS:
+        yield f"segment {row.segment!r} must be one of {', '.join(GPU_SEGMENTS)}"
+
+
 _ROW_CHECKS: dict[type, Callable[[AnyRow], Iterable[str]]] = {
     CudaRelease: _check_cuda,
     Arch: _check_arch,
@@ -368,6 +384,7 @@ _ROW_CHECKS: dict[type, Callable[[AnyRow], Iterable[str]]] = {
     OtherVendorGpu: _check_other_vendor,
     KnownIssue: _check_issue,
     NgcImage: _check_ngc,
+    ListedGpu: _check_listed_gpu,
 }
 
 
@@ -375,7 +392,7 @@ _ROW_CHECKS: dict[type, Callable[[AnyRow], Iterable[str]]] = {
 
 
 def _norm_gpu(name: str) -> str:
-    return re.sub(r"[\s_-]+", "", name.lower())
+    return "".join(gpu_name_words(name))
 
 
 def _arch_targetable(arch: Arch, cuda: str) -> bool:
@@ -404,6 +421,7 @@ def check_matrix(matrix: Matrix) -> list[str]:
     out.extend(_pypi_default_problems(matrix, releases))
     out.extend(_cuda_image_problems(matrix))
     out.extend(_gpu_name_problems(matrix))
+    out.extend(_listed_gpu_problems(matrix))
     out.extend(_ngc_problems(matrix, releases))
     return out
 
@@ -436,6 +454,20 @@ def _gpu_name_problems(matrix: Matrix) -> Iterable[str]:
         for gpu in other.gpus:
             if _norm_gpu(gpu) in known:
                 yield f"{matrix.where(other)}: {gpu!r} is also an NVIDIA GPU name in [[arch]]"
+
+
+def _listed_gpu_problems(matrix: Matrix) -> Iterable[str]:
+    """NVIDIA's list and the [[arch]] names must agree: one name, one compute capability."""
+    named = {_norm_gpu(g): a.cc for a in matrix.archs for g in a.gpus}
+    seen: dict[str, ListedGpu] = {}
+    for row in matrix.listed_gpus:
+        norm = _norm_gpu(row.name)
+        first = seen.setdefault(norm, row)
+        if first is not row:
+            yield f"{matrix.where(row)}: {row.name!r} is listed twice (also {matrix.where(first)})"
+        cc = named.get(norm)
+        if cc is not None and cc != row.cc:
+            yield f"{matrix.where(row)}: {row.name!r} is compute capability {cc} in gpus.toml"
 
 
 def _arch_problems(matrix: Matrix) -> Iterable[str]:

@@ -26,6 +26,7 @@ from envbuild.matrix.rows import (
     HostPlatform,
     KnownIssue,
     LibRelease,
+    ListedGpu,
     Matrix,
     NgcImage,
     OsImage,
@@ -44,6 +45,7 @@ _CORE_FILES = (
     "os_images.toml",
     "baselines.toml",
     "ngc.toml",
+    "gpu_list.toml",
 )
 
 
@@ -90,6 +92,8 @@ def _label(row: AnyRow) -> str:
         return f"{row.framework} {row.versions} on {', '.join(row.archs)}"
     if isinstance(row, NgcImage):
         return row.image
+    if isinstance(row, ListedGpu):
+        return f"{row.name} ({row.cc})"
     return row.gpu
 
 
@@ -194,6 +198,7 @@ def _build(rows: Sequence[_Row]) -> Matrix:
         other_vendors=tuple(groups[OtherVendorGpu]),
         issues=tuple(groups[KnownIssue]),
         ngc_images=tuple(groups[NgcImage]),
+        listed_gpus=tuple(groups[ListedGpu]),
         schema_version=MATRIX_SCHEMA_VERSION,
         origins=origins,
     )
@@ -212,6 +217,7 @@ _ROW_TYPES: tuple[type, ...] = (
     OtherVendorGpu,
     KnownIssue,
     NgcImage,
+    ListedGpu,
 )
 
 
@@ -219,6 +225,15 @@ _GPUS_TABLES: dict[str, tuple[type, dict[str, Any]]] = {
     "arch": (Arch, {}),
     "host_platform": (HostPlatform, {}),
     "not_nvidia": (OtherVendorGpu, {}),
+}
+
+
+# Files of one table, a plain row type each.
+_ONE_TABLE_FILES: dict[str, tuple[str, type]] = {
+    "os_images.toml": ("os", OsImage),
+    "baselines.toml": ("baseline", GpuBaseline),
+    "ngc.toml": ("image", NgcImage),
+    "gpu_list.toml": ("gpu", ListedGpu),
 }
 
 
@@ -257,12 +272,9 @@ def _collect_file(name: str, data: dict[str, Any], out: _Collected) -> None:
     elif base == "cuda_images.toml":
         tables = {"image": (CudaImage, {})}
         allowed_top |= {"scheme"}
-    elif base == "os_images.toml":
-        tables = {"os": (OsImage, {})}
-    elif base == "baselines.toml":
-        tables = {"baseline": (GpuBaseline, {})}
-    elif base == "ngc.toml":
-        tables = {"image": (NgcImage, {})}
+    elif base in _ONE_TABLE_FILES:
+        table_name, row_type = _ONE_TABLE_FILES[base]
+        tables = {table_name: (row_type, {})}
     elif "framework" in data:
         fw = data["framework"]
         allowed_top |= {"framework"}

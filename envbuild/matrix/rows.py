@@ -61,9 +61,13 @@ _LATER_FIELDS: dict[str, frozenset[str]] = {
 so adding a field to the schema does not make every existing lock stale."""
 
 
-_NOT_LOCKED: dict[str, frozenset[str]] = {"Arch": frozenset({"memory_gib", "memory_source"})}
-"""Fields no lock decision reads (the memory fit of a smoke report does): a change to them
-leaves every lock fresh."""
+_NOT_LOCKED: dict[str, frozenset[str]] = {
+    "Arch": frozenset({"memory_gib", "memory_source"}),
+    "FrameworkRelease": frozenset({"free_threaded"}),
+}
+"""Fields no lock decision reads (the memory fit of a smoke report does; a lock's Python is an
+OS row's, never a free-threaded one, docs/request.md "Python"): a change to them leaves every
+lock fresh."""
 
 
 def fingerprint_of(row: object) -> str:
@@ -157,6 +161,9 @@ class FrameworkRelease:
     variants_known: bool = True
     """False when only some of the release's CUDA variants could be read (the others exist
     but are not in the matrix): picks from it say so."""
+    free_threaded: str | None = None
+    """Specifier of the free-threaded Pythons with Linux wheels (ABI tag cp314t: "==3.14.*");
+    None = no such wheels recorded, so a request for "3.14t" is refused for this release."""
 
     @property
     def key(self) -> str:
@@ -413,8 +420,34 @@ class NgcImage:
         return f"ngc:{self.image}"
 
 
+GPU_SEGMENTS = ("datacenter", "workstation", "consumer", "mobile", "jetson")
+
+
+@dataclass(frozen=True)
+class ListedGpu:
+    """One GPU of NVIDIA's compute-capability list (https://developer.nvidia.com/cuda-gpus and
+    https://developer.nvidia.com/cuda-legacy-gpus), as `matrix/gpu_list.toml` holds it: written
+    by `envbuild.matrix.refresh.gpu_list` from the snapshot under `matrix/evidence/`."""
+
+    name: str
+    """As the list spells it: "Quadro RTX 8000", "GeForce RTX 4090", "NVIDIA GB10 (DGX Spark)"."""
+    cc: str
+    """ "7.5"; also one the matrix has no [[arch]] for ("3.0"): such a GPU is named, then refused."""
+    segment: str
+    """One of GPU_SEGMENTS (the list's column, with mobile parts apart)."""
+    source: str
+    confidence: str = "high"
+    note: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"gpu:{self.name}"
+
+
 Row = CudaRelease | Arch | FrameworkRelease | FrameworkBuild | LibRelease | CudaImage
-AnyRow = Row | OsImage | GpuBaseline | HostPlatform | OtherVendorGpu | KnownIssue | NgcImage
+AnyRow = (
+    Row | OsImage | GpuBaseline | HostPlatform | OtherVendorGpu | KnownIssue | NgcImage | ListedGpu
+)
 
 
 @dataclass(frozen=True)
@@ -433,6 +466,8 @@ class Matrix:
     other_vendors: tuple[OtherVendorGpu, ...] = ()
     issues: tuple[KnownIssue, ...] = ()
     ngc_images: tuple[NgcImage, ...] = ()
+    listed_gpus: tuple[ListedGpu, ...] = ()
+    """NVIDIA's compute-capability list by name (matrix/gpu_list.toml)."""
     schema_version: int = 1
     origins: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
     """row key -> "file: table[n] (label)" where it was read (for messages)."""
@@ -459,6 +494,7 @@ class Matrix:
             self.other_vendors,
             self.issues,
             self.ngc_images,
+            self.listed_gpus,
         )
 
     def counts(self) -> dict[str, int]:
@@ -474,6 +510,7 @@ class Matrix:
             "os_images": len(self.os_images),
             "baselines": len(self.baselines),
             "ngc_images": len(self.ngc_images),
+            "listed_gpus": len(self.listed_gpus),
         }
 
     def where(self, row: AnyRow) -> str:

@@ -27,7 +27,7 @@ from envbuild.core.models import (
     OS_NAME_RE,
     PLATFORM_ALIASES,
     PLATFORMS,
-    PYTHON_VERSION_RE,
+    PYTHON_SPEC_RE,
     FrameworkIndexPolicy,
     Indexes,
     Request,
@@ -531,11 +531,12 @@ def _check_vocabulary(request: Request, origin: RequestOrigin) -> None:
         )
     _check_choice(origin, "image", "platform", request.platform, PLATFORMS)
     _check_choice(origin, "targets", "compat", request.compat, COMPAT_POLICIES)
-    if request.python is not None and not PYTHON_VERSION_RE.match(request.python):
+    if request.python is not None and not PYTHON_SPEC_RE.match(request.python):
         raise origin.fail(
             "image",
             "python",
-            f"Python {request.python!r} is not a version like 3.12 (major.minor)",
+            f"Python {request.python!r} is not a version like 3.12 (major.minor, or 3.14t "
+            "for a free-threaded build)",
             toml='write major.minor, for example python = "3.12"',
             flags="give major.minor, for example --python 3.12",
         )

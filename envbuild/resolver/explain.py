@@ -67,6 +67,7 @@ def _alternatives(ctx: _Ctx, outcome: _Outcome) -> list[str]:
         alts += _other_versions(ctx, outcome)
     if ctx.driver:
         alts += _newer_drivers(ctx)
+    alts += _shipped_pythons(ctx)
     alts += _looser_requests(ctx)
     alts += _other_index(ctx)
     out: list[str] = []
@@ -203,6 +204,20 @@ def _looser_requests(ctx: _Ctx) -> list[str]:
                 f"on {loose.osimg.os}"
             )
     return alts
+
+
+def _shipped_pythons(ctx: _Ctx) -> list[str]:
+    """When no OS row ships the Python asked for (3.9, a free-threaded 3.14t): each Python an
+    OS row does ship that fits, newest first, as the exact flag (docs/request.md, "Python")."""
+    rows = ctx.matrix.os_images
+    if not ctx.python or ctx.os or any(o.python == ctx.python for o in rows):
+        return []
+    out: list[str] = []
+    for python in sorted({o.python for o in rows}, key=_major_minor, reverse=True):
+        fit = _best(replace(ctx, python=python))
+        if fit:
+            out.append(f"--python {python}: {_fit_label(ctx, fit)} fits on {fit.osimg.os}")
+    return out
 
 
 def _left_out_indexes(ctx: _Ctx) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from envbuild.core.errors import UserError
+from envbuild.core.values import gpu_name_words
 from envbuild.matrix import (
     Arch,
     HostPlatform,
@@ -12,16 +13,55 @@ from envbuild.matrix import (
     OtherVendorGpu,
 )
 
-_VENDOR_WORDS = {"nvidia", "geforce", "tesla"}
 _SM_RE = re.compile(r"^(?:sm|compute)_(\d+)[af]?$", re.IGNORECASE)
 _CC_RE = re.compile(r"^\d{1,2}\.\d$")
+_LIST_URL = "https://developer.nvidia.com/cuda-gpus"
 
 
 def _tokens(name: str) -> tuple[str, ...]:
-    words = [w for w in re.split(r"[\s\-_/]+", name.lower()) if w]
-    while words and words[0] in _VENDOR_WORDS:
-        words.pop(0)
-    return tuple(words)
+    return gpu_name_words(name)
+
+
+def _known_names(matrix: Matrix) -> list[tuple[tuple[str, ...], str, str]]:
+    """(words, compute capability, name as written) of every GPU name: the [[arch]] rows' own,
+    then NVIDIA's list (matrix/gpu_list.toml); `matrix check` keeps the two in agreement."""
+    out = [(_tokens(g), a.cc, g) for a in matrix.archs for g in a.gpus]
+    out += [(_tokens(row.name), row.cc, row.name) for row in matrix.listed_gpus]
+    return [entry for entry in out if entry[0]]
+
+
+def _by_name(matrix: Matrix, want: tuple[str, ...]) -> tuple[set[str], str]:
+    """The compute capabilities a name means (empty: none) and the listed name that matched.
+    An exact name wins; else the longest known name whose words start the wanted ones: NVML
+    names carry form factor, memory and "Laptop GPU" ("H100 80GB HBM3", "A100-SXM4-80GB")."""
+    names = _known_names(matrix)
+    joined = "".join(want)
+    exact = {cc: name for words, cc, name in names if "".join(words) == joined}
+    if exact:
+        return set(exact), next(iter(exact.values()))
+    best_len = 0
+    best: dict[str, str] = {}
+    for words, cc, name in names:
+        if want[: len(words)] == words:
+            if len(words) > best_len:
+                best_len, best = len(words), {cc: name}
+            elif len(words) == best_len:
+                best.setdefault(cc, name)
+    return set(best), next(iter(best.values()), "")
+
+
+def _unbuildable(matrix: Matrix, text: str, cc: str, name: str) -> UserError:
+    """A GPU NVIDIA lists whose compute capability no CUDA release the matrix knows targets."""
+    oldest = min(matrix.archs, key=lambda a: tuple(int(p) for p in a.cc.split(".")), default=None)
+    since = f" (its oldest is {oldest.cc}, {oldest.family})" if oldest else ""
+    return UserError(
+        f"{text!r} ({name}) is compute capability {cc} on NVIDIA's list ({_LIST_URL}, "
+        f"matrix/gpu_list.toml), and the matrix has no architecture {cc}{since}: no framework "
+        "build envbuild knows runs on it",
+        hint="leave this GPU out of the targets (matrix/gpus.toml lists the architectures "
+        "envbuild builds for)",
+        fields={"cc": cc},
+    )
 
 
 def parse_gpu(matrix: Matrix, text: str) -> Arch:
@@ -48,32 +88,22 @@ def parse_gpu(matrix: Matrix, text: str) -> Arch:
         )
     want = _tokens(raw)
     if want:
-        joined = "".join(want)
-        exact = sorted(
-            {a.cc for a in matrix.archs for g in a.gpus if "".join(_tokens(g)) == joined}
-        )
-        if len(exact) == 1:
-            return by_cc[exact[0]]
-        # NVML names carry form factor and memory ("H100 80GB HBM3", "A100-SXM4-80GB"): the
-        # longest matrix name that is a leading run of the words wins.
-        best_len = 0
-        best: set[str] = set()
-        for a in matrix.archs:
-            for g in a.gpus:
-                t = _tokens(g)
-                if t and want[: len(t)] == t:
-                    if len(t) > best_len:
-                        best_len, best = len(t), {a.cc}
-                    elif len(t) == best_len:
-                        best.add(a.cc)
-        if len(exact) > 1 or len(best) > 1:
-            ccs = exact if len(exact) > 1 else sorted(best)
+        ccs, name = _by_name(matrix, want)
+        if not ccs and want[0] == "quadro":
+            # NVIDIA's list names some Quadro parts without the brand ("T1000", "P620", the
+            # mobile "RTX 3000"), which NVML spells "Quadro T1000"; the full name wins above.
+            ccs, name = _by_name(matrix, want[1:])
+        if len(ccs) > 1:
+            ordered = sorted(ccs)
             raise UserError(
-                f"GPU name {text!r} is ambiguous (compute capability {' or '.join(ccs)})",
-                hint="give the compute capability instead, for example --gpu " + ccs[0],
+                f"GPU name {text!r} is ambiguous (compute capability {' or '.join(ordered)})",
+                hint="give the compute capability instead, for example --gpu " + ordered[0],
             )
-        if len(best) == 1:
-            return by_cc[next(iter(best))]
+        if ccs:
+            cc = next(iter(ccs))
+            if cc in by_cc:
+                return by_cc[cc]
+            raise _unbuildable(matrix, text, cc, name)
     other = other_vendor(matrix, raw)
     if other is not None:
         raise UserError(
@@ -103,12 +133,14 @@ def _gpu_suggestions(matrix: Matrix, raw: str) -> list[str]:
     if not key:
         return []
     m = re.fullmatch(r"(?:sm|compute)(\d+)[af]?", key)
-    by_key: dict[str, str] = {}
     for a in matrix.archs:
         if m and a.sm == f"sm_{m.group(1)}":
             return [a.sm]
-        for g in a.gpus:
-            by_key.setdefault("".join(_tokens(g)), g)
+    buildable = {a.cc for a in matrix.archs}
+    by_key: dict[str, str] = {}
+    for words, cc, name in _known_names(matrix):
+        if cc in buildable:
+            by_key.setdefault("".join(words), name)
     inside = sorted(name for k, name in by_key.items() if key in k)
     if inside:
         return inside[:5]

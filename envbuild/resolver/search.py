@@ -11,6 +11,7 @@ from packaging.version import Version
 from envbuild.core.models import (
     CUDA_FLAVOURS,
     Floors,
+    free_threaded_minor,
 )
 from envbuild.core.versions import parse_specifier
 from envbuild.cuda.archs import cc_tuple
@@ -348,10 +349,20 @@ def _request_wide_reasons(ctx: _Ctx, out: _Outcome) -> bool:
     if ctx.python and not ctx.os and not any(o.python == ctx.python for o in m.os_images):
         shipped = ", ".join(f"{o.os} {o.python}" for o in sorted(m.os_images, key=lambda o: o.os))
         out.global_reasons.append(
-            f"no OS image in the matrix ships Python {ctx.python} (the image's Python comes "
-            f"from its OS: {shipped})"
+            f"no OS image in the matrix ships {_python_words(ctx.python)} (the image's Python "
+            f'comes from its OS: {shipped}; docs/request.md, "Python")'
         )
     return False
+
+
+def _python_words(python: str) -> str:
+    """ "Python 3.9", or "a free-threaded Python 3.14t" with why no OS row has one."""
+    if free_threaded_minor(python) is None:
+        return f"Python {python}"
+    return (
+        f"a free-threaded Python {python} (Debian packages none: "
+        "https://lists.debian.org/debian-python/2025/11/msg00002.html)"
+    )
 
 
 def _driver_root_causes(ctx: _Ctx, out: _Outcome) -> bool:
@@ -392,15 +403,37 @@ def _driver_root_causes(ctx: _Ctx, out: _Outcome) -> bool:
     return False
 
 
+def _python_miss(ctx: _Ctx, release: FrameworkRelease) -> str:
+    """Why the requested Python rules the release out ("" when it does not). A free-threaded
+    Python ("3.14t") needs the release's free-threaded wheels (cp314t), not its GIL ones."""
+    if not ctx.python:
+        return ""
+    minor = free_threaded_minor(ctx.python)
+    if minor is None:
+        if _in_range(ctx.python, release.python):
+            return ""
+        return f"{{R}} supports Python {release.python}; requested {ctx.python}"
+    tag = "cp" + minor.replace(".", "") + "t"
+    if release.free_threaded and _in_range(minor, release.free_threaded):
+        if any(o.python == ctx.python for o in ctx.matrix.os_images):
+            return ""
+        return f"{{R}}: {tag} wheels exist, but no OS image ships a free-threaded Python"
+    has = (
+        f" (free-threaded wheels for Python {release.free_threaded} only)"
+        if release.free_threaded
+        else ""
+    )
+    return f"the matrix records no free-threaded {tag} wheels of {{R}}{has}"
+
+
 def _search_release(
     ctx: _Ctx, release: FrameworkRelease, out: _Outcome, *, first_only: bool
 ) -> bool:
     """The release's builds x OSes: fits go to out.fits, or its reasons to out.misses; True
     when first_only and a fit was found."""
-    if ctx.python and not _in_range(ctx.python, release.python):
-        out.misses[release.version] = [
-            f"{{R}} supports Python {release.python}; requested {ctx.python}"
-        ]
+    python_miss = _python_miss(ctx, release)
+    if python_miss:
+        out.misses[release.version] = [python_miss]
         return False
     builds = _builds(ctx, release)
     if not builds:

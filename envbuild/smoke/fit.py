@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from envbuild.core.values import gpu_name_words
 from envbuild.matrix import Matrix
 
 HEADROOM = 0.10
@@ -175,14 +176,10 @@ def matrix_memory(matrix: Matrix) -> tuple[tuple[str, float], ...]:
     return tuple(entry for arch in matrix.archs for entry in arch.memory_gib)
 
 
-_MAKERS = ("nvidia", "tesla", "geforce", "quadro")
-
-
 def _norm(name: str) -> str:
-    norm = re.sub(r"[^a-z0-9]+", "", name.lower())
-    for maker in _MAKERS:
-        norm = norm.removeprefix(maker)
-    return norm
+    """The shared normal form (envbuild.core.values.gpu_name_words), joined: prefixes of an
+    NVML name then compare as text ("a100sxm480gb" starts with "a100")."""
+    return "".join(gpu_name_words(name))
 
 
 def memory_of_name(name: str, table: Sequence[tuple[str, float]]) -> float | None:

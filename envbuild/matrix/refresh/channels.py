@@ -14,7 +14,12 @@ from envbuild.matrix import (
     FrameworkRelease,
 )
 from envbuild.matrix.refresh.cuda import cuda_of, cuda_pins, variant_of
-from envbuild.matrix.refresh.index import CoreMetadata, Wheel, python_specifier
+from envbuild.matrix.refresh.index import (
+    CoreMetadata,
+    Wheel,
+    free_threaded_specifier,
+    python_specifier,
+)
 
 PYPI_ONLY_NOTE = (
     "PyPI only: archs unknown (not in the metadata); non-default variants need the PyTorch index"
@@ -138,6 +143,7 @@ def derive_channel(data: ChannelData, *, runtime_pins: Mapping[str, str], seen: 
                     framework=ch.framework,
                     version=rd.version,
                     python=python_specifier(rd.wheels, requires_python),
+                    free_threaded=free_threaded_specifier(rd.wheels),
                     source=data.index_url,
                     confidence="high",
                     yanked=all(w.file.yanked for w in rd.wheels),

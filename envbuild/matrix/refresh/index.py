@@ -167,6 +167,24 @@ def python_specifier(wheels: Sequence[Wheel], requires_python: str | None) -> st
     return f">=3.{low},<3.{high + 1}"
 
 
+def free_threaded_specifier(wheels: Sequence[Wheel]) -> str | None:
+    """ "==3.14.*" or ">=3.13,<3.15" from the free-threaded ABI tags (cp314t, PEP 703) of the
+    Linux wheels; None when there are none."""
+    minors = sorted(
+        {
+            int(m.group(1))
+            for w in wheels
+            for t in w.tags
+            if (m := re.fullmatch(r"cp3(\d+)t", t.abi)) is not None
+        }
+    )
+    if not minors:
+        return None
+    if len(minors) == 1:
+        return f"==3.{minors[0]}.*"
+    return f">=3.{minors[0]},<3.{minors[-1] + 1}"
+
+
 def pick_metadata_wheel(wheels: Sequence[Wheel]) -> Wheel:
     """The wheel whose metadata speaks for a release: the newest CPython, non-free-threaded
     (all Linux x86_64 wheels of a torch release carry the same CUDA pins)."""

@@ -54,7 +54,7 @@ class Plan:
     """Sources that could not be reached."""
 
 
-RELEASE_FACTS = ("python", "yanked")
+RELEASE_FACTS = ("python", "free_threaded", "yanked")
 BUILD_FACTS = ("variant", "cuda", "cudnn", "nccl")
 
 
@@ -150,7 +150,7 @@ def _within_floor(name: str, old: Any, floor: str) -> bool:
 def _same_fact(name: str, old: Any, new: Any) -> bool:
     if old == new:
         return True
-    if name == "python" and isinstance(old, str) and isinstance(new, str):
+    if name in ("python", "free_threaded") and isinstance(old, str) and isinstance(new, str):
         try:
             return SpecifierSet(old) == SpecifierSet(new)
         except InvalidSpecifier:

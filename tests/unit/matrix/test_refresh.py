@@ -20,6 +20,7 @@ from envbuild.matrix import (
     Matrix,
     OsImage,
     collect,
+    load_matrix,
     refresh,
 )
 
@@ -265,10 +266,12 @@ def test_plan_appends_new_and_reports_changed(runtime_pins: dict[str, str]) -> N
     assert [b.versions for b in plan.pending_builds] == ["==2.15.*"]
     changed = {(c.key, c.field) for c in plan.changes}
     new_27 = next(r for r in d.releases if r.version == "2.7.0")
-    # python differs from the hand-written row; nccl differs; cuda 12.6.3 vs 12.6.2 is the same
-    # minor (same runtime), so it is not a change.
+    # python differs from the hand-written row, which also lacks the cp313t wheels
+    # (free_threaded); nccl differs; cuda 12.6.3 vs 12.6.2 is the same minor (same runtime), so
+    # it is not a change.
     assert changed == {
         ("release:torch:2.7.0", "python"),
+        ("release:torch:2.7.0", "free_threaded"),
         ("build:torch:==2.7.*:cu126", "nccl"),
     }
     assert new_27.python != ">=3.9,<3.13"
@@ -387,3 +390,21 @@ def test_range_floors_only_flag_values_below_the_floor() -> None:
     below = refresh.plan_changes(row("9.0"), [d]).changes
     assert [(c.field, c.old, c.new) for c in below] == [("cudnn", "9.0", cudnn_floor)]
     assert derived.cudnn == cudnn_floor
+
+
+def test_free_threaded_wheels_of_the_recorded_file_list_are_what_torch_toml_says() -> None:
+    """torch.toml's free_threaded (issue 32) against the cp3XXt tags of the recorded PyPI file
+    list: every release in both agrees, and releases without such tags have none."""
+    by_release = refresh.wheels_for(refresh.parse_simple_json(simple("torch")))
+    rows = {r.version: r for r in load_matrix().releases_of("torch")}
+    compared = 0
+    for release, wheels in by_release.items():
+        version = str(release)
+        if version not in rows:
+            continue
+        derived = refresh.free_threaded_specifier(wheels)
+        has_t = any(re.search(r"-cp3\d+t-", w.file.filename) for w in wheels)
+        assert (derived is not None) == has_t, version
+        assert rows[version].free_threaded == derived, version
+        compared += 1
+    assert compared == len(by_release)  # 2.7.0, 2.7.1, 2.15.0: cp313t; cp314t and cp315t

@@ -62,6 +62,8 @@ def apply(rq: dict[str, Any], way: str) -> dict[str, Any] | None:
         return {**rq, "framework_index": "auto"}
     if way.startswith("drop the extra in --framework"):
         return {**rq, "framework": re.sub(r"\[[^\]]*\]", "", rq.get("framework", "torch"))}
+    if m := re.match(r"--python (3\.\d+): ", way):
+        return {**rq, "python": m.group(1)}
     if m := re.match(r"drop --(python|os|cuda|flavour):", way):
         return {k: v for k, v in rq.items() if k != m.group(1)}
     raise AssertionError(f"a way out this test cannot apply (teach it, or reword it): {way!r}")
