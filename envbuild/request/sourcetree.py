@@ -7,13 +7,15 @@ image folder itself), so a request cannot copy `~/.ssh` or `/etc` into an image.
 
 What goes into /app is what the project holds. The rules come in layers, the last one that
 matches a path deciding, `!` re-including: envbuild's defaults (only what is never code:
-version control, virtualenvs, caches, build output, `.env` files, checkpoint and data files by
-extension), the project's own `.gitignore` files (git's rules, https://git-scm.com/docs/
-gitignore: relative to the folder that holds each one, a pattern without a slash matches at
-any depth), its `.dockerignore` and `[project] ignore` (Docker's rules, https://docs.docker.com/
-build/concepts/context/#dockerignore-files: relative to the project folder, matched at its
-top only unless they start with `**/`), and last the image folder's own files (envbuild.toml,
-its lock, its Dockerfile.j2), which never go in. A file over MAX_FILE_BYTES is data however it
+version control, virtualenvs, caches, build output, checkpoint and data files by extension),
+the project's own `.gitignore` files (git's rules, https://git-scm.com/docs/gitignore:
+relative to the folder that holds each one, a pattern without a slash matches at any depth),
+its `.dockerignore` (Docker's rules, https://docs.docker.com/build/concepts/context/
+#dockerignore-files: relative to the project folder, matched at its top only unless they start
+with `**/`), SECRETS (credential files by name, `.git`; a private key block by content; a link
+by its target), `[project] ignore` (Docker's rules: the only layer that may name a secret),
+and last the image folder's own files (envbuild.toml, its lock, its Dockerfile.j2), which
+never go in. A project folder that is a home folder, or holds one, is refused. A file over MAX_FILE_BYTES is data however it
 is named, unless a `!` rule of the `.dockerignore` or `[project] ignore` names it. pathspec's
 gitignore matcher applies every layer (Docker's rules anchored at the top, which is what they
 mean). What was left out is reported (`render`, `lock`) and written into the context as its
@@ -22,6 +24,7 @@ mean). What was left out is reported (`render`, `lock`) and written into the con
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import hashlib
 import os
@@ -39,9 +42,7 @@ from envbuild.request.project import PROJECT_DIR
 CONTEXT_DIR = "project"
 """Where the project's files are in the build context (`COPY project/ ...`)."""
 DEFAULT_IGNORE: tuple[str, ...] = (
-    # version control, virtualenvs, caches and build output
-    ".git",
-    "**/.git",
+    # version control (git's folder: SECRETS), virtualenvs, caches and build output
     ".hg",
     ".svn",
     ".venv",
@@ -59,8 +60,6 @@ DEFAULT_IGNORE: tuple[str, ...] = (
     "**/*.egg-info",
     "build",
     "dist",
-    # secrets a repository often holds next to the code
-    "**/.env",
     # run logs that tools write (never the project's code): they belong in volumes
     "wandb",
     "mlruns",
@@ -83,6 +82,31 @@ DEFAULT_IGNORE: tuple[str, ...] = (
     # the project's own ignore file: read, not copied
     ".dockerignore",
 )
+SECRETS: tuple[str, ...] = (
+    # version control: its history holds what was ever committed, and its config remotes
+    "**/.git",
+    # environment files and the credential files of the tools a repository is used with
+    "**/.env",
+    "**/.env.*",
+    "**/.envrc",
+    "**/.netrc",
+    "**/.pypirc",
+    "**/.git-credentials",
+    "**/.npmrc",
+    "**/.ssh",
+    "**/.aws",
+    "**/.docker/config.json",
+    "**/.kube/config",
+    "**/*.key",
+)
+"""What never goes into /app by its name (Docker's syntax): decided after the checkout's own
+`.gitignore` and `.dockerignore` files, so a `!` of theirs cannot bring one back; only the
+request's `[project] ignore` can (the user naming the file). A file holding a private key
+block is a secret by its content (`holds_private_key`), whatever its name."""
+SECRET_WHY = "a secret"
+PROJECT_IGNORE = "[project] ignore"
+_PRIVATE_KEY = re.compile(rb"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY( BLOCK)?-----")
+"""The armour line of a private key (RFC 7468 section 10, OpenSSH's and PGP's own)."""
 OWN_FILES: tuple[str, ...] = (
     "envbuild.toml",
     "envbuild.lock",
@@ -312,9 +336,10 @@ class Survey:
 
 
 def survey(folder: Path, user_rules: Sequence[str], *, image_dir: Path | None = None) -> Survey:
-    """Walk the project folder once and decide every path (nothing is read but ignore files).
-    Symlinks to files inside the folder are taken as files; any other symlink is refused (it
-    could reach outside the repository)."""
+    """Walk the project folder once and decide every path (the ignore files are read, and each
+    kept file is scanned for a private key block). A symlink is judged by its target: one to a
+    secret inside the folder is a secret; one to a file inside the folder is taken as that
+    file; any other symlink is refused (it could reach outside the repository)."""
     root = folder.resolve()
     own = root / ".dockerignore"
     own_text = (
@@ -324,7 +349,8 @@ def survey(folder: Path, user_rules: Sequence[str], *, image_dir: Path | None = 
     first = _docker_layer("envbuild's defaults", DEFAULT_IGNORE)
     last = [
         _docker_layer(".dockerignore", _rule_lines(own_text or ""), explicit=True),
-        _docker_layer("[project] ignore", user_rules, explicit=True),
+        _docker_layer(SECRET_WHY, SECRETS),
+        _docker_layer(PROJECT_IGNORE, user_rules, explicit=True),
         _docker_layer("the image folder's own files", _own_files(root, image_dir)),
     ]
     # An ignored folder is skipped whole unless a Docker `!` rule could re-include under it
@@ -370,8 +396,13 @@ class _Walk:
             rel = f"{base}/{name}" if base else name
             ignored, layer, pattern = self.decide(rel, is_dir=True)
             if (here / name).is_symlink():
-                if not ignored:
-                    _refuse_link(here / name, rel, self.root)
+                if ignored:
+                    self.left.append(LeftOut(rel, _why(layer, pattern), 0))
+                    continue
+                secret = "" if self.trusted(layer) else self.link_secret(here / name)
+                if not secret:
+                    _refuse_link(here / name, rel, self.root)  # a link to a folder: refused
+                self.left.append(LeftOut(rel, secret, 0))
                 continue
             if ignored and not any(_reaches(rule, rel) for rule in self.negations):
                 self.left.append(LeftOut(rel + "/", _why(layer, pattern)))
@@ -386,7 +417,12 @@ class _Walk:
         if ignored:
             self.left.append(LeftOut(rel, _why(layer, pattern), _size(path)))
             return
+        trusted = self.trusted(layer)
         if path.is_symlink():
+            secret = "" if trusted else self.link_secret(path)
+            if secret:
+                self.left.append(LeftOut(rel, secret, _size(path)))
+                return
             path = _refuse_link(path, rel, self.root)
         if not path.is_file():  # sockets, FIFOs: nothing to copy
             return
@@ -395,7 +431,43 @@ class _Walk:
         if size > MAX_FILE_BYTES and not named:
             self.left.append(LeftOut(rel, OVER_SIZE, size))
             return
+        if not trusted and holds_private_key(path):
+            self.left.append(LeftOut(rel, f"{SECRET_WHY}: a private key block", size))
+            return
         self.kept[rel] = path
+
+    @staticmethod
+    def trusted(layer: _Layer | None) -> bool:
+        """Whether the request's own `[project] ignore` decided: only it may name a secret."""
+        return layer is not None and layer.source == PROJECT_IGNORE
+
+    def link_secret(self, link: Path) -> str:
+        """Why a symlink is a secret, judged by its target inside the project folder ("" when
+        it is not one, or points elsewhere: `_refuse_link` decides those)."""
+        target = link.resolve()
+        if root_holds(self.root, target) and target != self.root:
+            rel = target.relative_to(self.root).as_posix()
+            secrets = next(layer for layer in self.last if layer.source == SECRET_WHY)
+            found = secrets.check(rel, target.is_dir())
+            if found is not None and found[0]:
+                return f"{SECRET_WHY}: a link to {rel} ({found[1]})"
+            if target.is_file() and holds_private_key(target):
+                return f"{SECRET_WHY}: a link to {rel}, a private key block"
+        return ""
+
+
+def root_holds(root: Path, path: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def holds_private_key(path: Path) -> bool:
+    """Whether the file holds a private key block (PEM, OpenSSH, PGP armour), however it is
+    named: a key pasted into notes.txt is as secret as id_rsa."""
+    try:
+        data = read_input(path, what="project file", limit=MAX_BYTES)
+    except (OSError, UserError):
+        return False  # unreadable: reading it for the context says so
+    return _PRIVATE_KEY.search(data) is not None
 
 
 def _why(layer: _Layer | None, pattern: str) -> str:
@@ -551,6 +623,15 @@ def project_folder(project: ProjectSettings, image_dir: Path) -> Path:
     """The folder of `[project] path`, inside the repository (RequestError otherwise)."""
     where = request_file(image_dir)
     folder = inside_repo(image_dir, project.path, what="[project] path", where=where)
+    home = next((h for h in home_folders() if folder == h or folder in h.parents), None)
+    if home is not None:
+        raise RequestError(
+            f"{where}: [project] path {project.path!r} is {folder}, "
+            + ("a home folder" if folder == home else f"a folder holding the home folder {home}")
+            + ": its dotfiles (keys, tokens, shell history) would go into the image",
+            hint="point [project] path at the project's own folder inside it",
+            fields={"path": project.path, "home": str(home)},
+        )
     if not folder.is_dir():
         raise RequestError(
             f"{where}: [project] path {project.path!r} ({folder}) is not a folder",
@@ -558,6 +639,23 @@ def project_folder(project: ProjectSettings, image_dir: Path) -> Path:
             fields={"path": project.path},
         )
     return folder
+
+
+def home_folders() -> list[Path]:
+    """The home folders a project must not be (this user's, by $HOME and by the password
+    database, and root's); `/` as a home (some containers) is not one."""
+    import pwd
+
+    found = {os.path.expanduser("~"), "/root"}
+    with contextlib.suppress(KeyError):
+        found.add(pwd.getpwuid(os.getuid()).pw_dir)
+    homes = set()
+    for home in found:
+        with contextlib.suppress(OSError):
+            resolved = Path(home).resolve()
+            if resolved != Path("/"):
+                homes.add(resolved)
+    return sorted(homes)
 
 
 def project_survey(project: ProjectSettings | None, image_dir: Path) -> Survey | None:
