@@ -29,6 +29,7 @@ from envbuild.build.pipeline import (
     default_tag,
 )
 from envbuild.core.errors import EnvbuildError, RegistryError, UserError
+from envbuild.core.fsio import check_output
 from envbuild.core.values import parse_image_ref
 from envbuild.engine import select
 from envbuild.engine.protocol import ContainerEngine, RunResult
@@ -252,11 +253,8 @@ def check_delivery(request: ImageRequest, *, buildkit: bool) -> None:
     """Refuse --push/--save/--cache-* values before a long build rather than after it."""
     if request.push:
         check_tag(request.push)
-    if request.save is not None and request.save.is_dir():
-        raise UserError(
-            f"--save {request.save} is a folder",
-            hint="name the archive file, e.g. --save torch.tar",
-        )
+    if request.save is not None:
+        check_output(request.save, what="--save")
     if (request.cache_from or request.cache_to) and not buildkit:
         raise UserError(
             "--cache-from/--cache-to need --buildkit (they are BuildKit cache backends)",

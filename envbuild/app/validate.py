@@ -15,7 +15,7 @@ from envbuild.app.smoke import run_in_image
 from envbuild.build.pipeline import LOCK_LABEL
 from envbuild.core.documents import DocumentError, json_loads
 from envbuild.core.errors import EnvbuildError, SmokeFailed, UserError
-from envbuild.core.fsio import read_input, write_atomic
+from envbuild.core.fsio import read_input, write_output
 from envbuild.core.models import Lock
 from envbuild.engine.protocol import ContainerEngine, RunResult
 from envbuild.host.gpu_attach import GpuChoice, unavailable_message
@@ -51,8 +51,10 @@ def validate(
             _write_junit_error(junit, f"envbuild.validate.{target}", err)
         raise
     if junit is not None:
-        write_atomic(
-            junit, reports.junit_xml([(f"envbuild.validate.{result.target}", result.checks)])
+        write_output(
+            junit,
+            reports.junit_xml([(f"envbuild.validate.{result.target}", result.checks)]),
+            what="--junit",
         )
     return result
 
@@ -60,7 +62,7 @@ def validate(
 def _write_junit_error(junit: Path, suite: str, err: EnvbuildError) -> None:
     """CI asked for a report: the error that stopped validate, as one failed test case."""
     check = Check("error", "fail", err.message, err.hint)
-    write_atomic(junit, reports.junit_xml([(suite, (check,))]))
+    write_output(junit, reports.junit_xml([(suite, (check,))]), what="--junit")
 
 
 def _validate(
@@ -243,7 +245,7 @@ def validate_fleet(
         raise
     if junit is not None:
         suites = [(f"envbuild.validate.{r.lock}@{r.host}", r.checks) for r in fleet.view.results]
-        write_atomic(junit, reports.junit_xml(suites))
+        write_output(junit, reports.junit_xml(suites), what="--junit")
     return fleet
 
 
@@ -277,7 +279,7 @@ def _fleet(
         return FleetResult(view=view)
     jobs = _jobs(view, locks, hosts_file, image, gpus_per_pod)
     manifest = reports.to_yaml_documents(jobs)
-    write_atomic(k8s_job, manifest)
+    write_output(k8s_job, manifest, what="--k8s-job")
     nodes = tuple(
         (j["metadata"]["name"], j["metadata"]["annotations"]["envbuild.node"]) for j in jobs
     )
