@@ -38,7 +38,7 @@ def render(
     )
     # Walked apart from the context (which reads the files) so that a render to stdout
     # reports it too; it costs a stat per file.
-    survey = sourcetree.project_survey(lock.project, image_dir)
+    survey = sourcetree.project_survey(lock.project, image_dir, exclude=context)
     files = 0
     if context is not None:
         context_files = rendering.build_context(
@@ -47,6 +47,7 @@ def render(
             image_dir=image_dir,
             options=options,
             matrix=matrix_data.load_matrix_from(matrix_overlay),
+            dest=context,
         )
         notes += _written(write_context(context, context_files, image_dir=image_dir))
         files = len(context_files)

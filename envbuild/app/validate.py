@@ -17,6 +17,7 @@ from envbuild.core.documents import DocumentError, json_loads
 from envbuild.core.errors import EnvbuildError, SmokeFailed, UserError
 from envbuild.core.fsio import read_input, write_output
 from envbuild.core.models import Lock
+from envbuild.core.values import image_ref_problem
 from envbuild.engine.protocol import ContainerEngine, RunResult
 from envbuild.host.gpu_attach import GpuChoice, unavailable_message
 from envbuild.host.probe import host_from_facts, load_facts_file
@@ -328,6 +329,17 @@ def _jobs(
             "the folder that image was built from",
             hint="envbuild validate --hosts hosts.jsonl --lock images/torch-train "
             "--image registry/team/torch:tag --k8s-job job.yaml",
+        )
+    problem = image_ref_problem(image)
+    if problem is not None:
+        shown = (
+            repr(image) if len(image) <= 200 else f"{image[:120]!r}... ({len(image)} characters)"
+        )
+        raise UserError(
+            f"--image {shown}: {problem}",
+            hint="give the image the Job runs as `docker push` named it, e.g. "
+            "registry.example.com/team/torch:1",
+            fields={"image": image[:200]},
         )
     label, lock = locks[0]
     fits = view.passing(label)

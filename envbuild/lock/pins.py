@@ -463,8 +463,14 @@ def parse_pip_report(text: str, req: PinRequest) -> tuple[LockedPackage, ...]:
 # --- errors ------------------------------------------------------------------------------------
 
 
-def _tail(text: str, lines: int = 12) -> str:
-    return "\n".join(text.strip().splitlines()[-lines:])
+def _tail(text: str, lines: int = 12, width: int = 500) -> str:
+    """The last `lines` lines of a tool's output, each cut at `width` characters: uv quotes
+    the requirement it could not parse, which may be megabytes long."""
+    kept = text.strip().splitlines()[-lines:]
+    return "\n".join(
+        line if len(line) <= width else f"{line[:width]}... ({len(line)} characters)"
+        for line in kept
+    )
 
 
 def classify_failure(tool: str, stderr: str, req: PinRequest) -> Exception:

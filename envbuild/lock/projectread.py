@@ -15,6 +15,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 
 from envbuild.core.errors import RequestError
 from envbuild.lock import pins as pydeps
+from envbuild.request.fields import MAX_REQUIREMENT
 from envbuild.request.sourcetree import request_file
 
 
@@ -67,6 +68,14 @@ def requirement(text: str, origin: str, *, quote: bool = True) -> Requirement:
     """`text` as a requirement. `quote=False` for a line of a text file the request names:
     a refusal then names the file and line but never echoes it (the file may be a secret
     named by mistake; docs/reliability.md, "Secrets in messages")."""
+    if len(text) > MAX_REQUIREMENT:
+        start = f"{text[:60]!r}... " if quote else ""
+        raise RequestError(
+            f"{origin}: {start}{len(text)} characters long, not a requirement (at most "
+            f"{MAX_REQUIREMENT})",
+            hint="fix the line: a PEP 508 requirement such as numpy<3",
+            fields={"origin": origin},
+        )
     try:
         req = Requirement(text)
     except InvalidRequirement as exc:

@@ -35,7 +35,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from envbuild.core.errors import RequestError, UserError
-from envbuild.core.fsio import read_input
+from envbuild.core.fsio import CONTEXT_MARKER, read_input
 from envbuild.core.models import ProjectSettings
 from envbuild.request.project import PROJECT_DIR
 
@@ -104,6 +104,7 @@ SECRETS: tuple[str, ...] = (
 request's `[project] ignore` can (the user naming the file). A file holding a private key
 block is a secret by its content (`holds_private_key`), whatever its name."""
 SECRET_WHY = "a secret"
+CONTEXT_WHY = "envbuild's build context, not the project's code"
 PROJECT_IGNORE = "[project] ignore"
 _PRIVATE_KEY = re.compile(rb"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY( BLOCK)?-----")
 """The armour line of a private key (RFC 7468 section 10, OpenSSH's and PGP's own)."""
@@ -335,11 +336,19 @@ class Survey:
         return left_out_line(self.left_out)
 
 
-def survey(folder: Path, user_rules: Sequence[str], *, image_dir: Path | None = None) -> Survey:
+def survey(
+    folder: Path,
+    user_rules: Sequence[str],
+    *,
+    image_dir: Path | None = None,
+    exclude: Path | None = None,
+) -> Survey:
     """Walk the project folder once and decide every path (the ignore files are read, and each
     kept file is scanned for a private key block). A symlink is judged by its target: one to a
     secret inside the folder is a secret; one to a file inside the folder is taken as that
-    file; any other symlink is refused (it could reach outside the repository)."""
+    file; any other symlink is refused (it could reach outside the repository).
+    `exclude`: the build context being written (`render --context` inside the project), left
+    out like any folder holding an earlier context (CONTEXT_MARKER): a context never nests."""
     root = folder.resolve()
     own = root / ".dockerignore"
     own_text = (
@@ -357,6 +366,7 @@ def survey(folder: Path, user_rules: Sequence[str], *, image_dir: Path | None = 
     # (git's rules cannot re-include a file whose folder is ignored).
     negations = [rule for layer in last for rule in layer.negations()]
     walk = _Walk(root=root, layers=[first], last=last, negations=negations)
+    walk.exclude = exclude.resolve() if exclude is not None else None
     for dirpath, dirnames, filenames in os.walk(root):
         walk.folder(Path(dirpath), dirnames, filenames)
     return Survey(
@@ -375,6 +385,8 @@ class _Walk:
     negations: list[str]
     kept: dict[str, Path] = field(default_factory=dict)
     left: list[LeftOut] = field(default_factory=list)
+    exclude: Path | None = None
+    """The build context being written, when it is inside the project."""
 
     def decide(self, rel: str, is_dir: bool) -> tuple[bool, _Layer | None, str]:
         """(ignored, the layer that decided, its pattern): the last layer that matches wins."""
@@ -394,6 +406,9 @@ class _Walk:
         keep_dirs = []
         for name in sorted(dirnames):
             rel = f"{base}/{name}" if base else name
+            if self.is_context(here / name):
+                self.left.append(LeftOut(rel + "/", CONTEXT_WHY))
+                continue
             ignored, layer, pattern = self.decide(rel, is_dir=True)
             if (here / name).is_symlink():
                 if ignored:
@@ -412,7 +427,17 @@ class _Walk:
         for name in sorted(filenames):
             self.file(here / name, f"{base}/{name}" if base else name)
 
+    def is_context(self, path: Path) -> bool:
+        """A build context envbuild writes or wrote: never the project's code."""
+        if self.exclude is not None and path.absolute() == self.exclude:
+            return True
+        marker = path / CONTEXT_MARKER
+        return not path.is_symlink() and marker.is_file() and not marker.is_symlink()
+
     def file(self, path: Path, rel: str) -> None:
+        if self.exclude is not None and path.absolute() == self.exclude:
+            self.left.append(LeftOut(rel, CONTEXT_WHY, _size(path)))
+            return
         ignored, layer, pattern = self.decide(rel, is_dir=False)
         if ignored:
             self.left.append(LeftOut(rel, _why(layer, pattern), _size(path)))
@@ -555,10 +580,14 @@ class SourceFiles:
 
 
 def collect(
-    folder: Path, user_rules: Sequence[str], *, image_dir: Path | None = None
+    folder: Path,
+    user_rules: Sequence[str],
+    *,
+    image_dir: Path | None = None,
+    exclude: Path | None = None,
 ) -> SourceFiles:
     """The project's files that the rules keep, read (`survey` decides which)."""
-    found = survey(folder, user_rules, image_dir=image_dir)
+    found = survey(folder, user_rules, image_dir=image_dir, exclude=exclude)
     sizes = {rel: path.stat().st_size for rel, path in found.kept.items()}
     if sum(sizes.values()) > MAX_BYTES:  # before reading any of it
         _too_large(sizes)
@@ -658,21 +687,27 @@ def home_folders() -> list[Path]:
     return sorted(homes)
 
 
-def project_survey(project: ProjectSettings | None, image_dir: Path) -> Survey | None:
-    """What goes into /app and what is left out (nothing read); None without a project."""
+def project_survey(
+    project: ProjectSettings | None, image_dir: Path, *, exclude: Path | None = None
+) -> Survey | None:
+    """What goes into /app and what is left out; None without a project. `exclude`: the
+    build context being written (`survey`)."""
     if project is None:
         return None
     folder = project_folder(project, image_dir)
-    return survey(folder, project.ignore, image_dir=image_dir)
+    return survey(folder, project.ignore, image_dir=image_dir, exclude=exclude)
 
 
-def context_files(project: ProjectSettings | None, image_dir: Path) -> dict[str, bytes]:
+def context_files(
+    project: ProjectSettings | None, image_dir: Path, *, exclude: Path | None = None
+) -> dict[str, bytes]:
     """The project's files under `project/` in a build context, and a `.dockerignore` that
-    lists what was left out (nothing without a project)."""
+    lists what was left out (nothing without a project). `exclude`: the context's own
+    destination, when it is inside the project (`survey`)."""
     if project is None:
         return {}
     folder = project_folder(project, image_dir)
-    source = collect(folder, project.ignore, image_dir=image_dir)
+    source = collect(folder, project.ignore, image_dir=image_dir, exclude=exclude)
     files = {f"{CONTEXT_DIR}/{rel}": data for rel, data in source.files.items()}
     files[".dockerignore"] = dockerignore_text(source.left_out).encode("utf-8")
     return files
