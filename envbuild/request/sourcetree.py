@@ -300,10 +300,10 @@ def _own_files(root: Path, image_dir: Path | None) -> list[str]:
 
 def ignore_rules(user_rules: Sequence[str], own_file: str | None = None) -> tuple[str, ...]:
     """The Docker-syntax rules, in order: envbuild's, the project's own `.dockerignore` lines,
-    then `[project] ignore` (later rules win, so a user's `!data/vocab.txt` re-includes a
-    file). The `.gitignore` files are layers of their own (`survey`)."""
+    SECRETS, then `[project] ignore` (later rules win, so a user's `!data/vocab.txt`
+    re-includes a file). The `.gitignore` files are layers of their own (`survey`)."""
     own = _rule_lines(own_file) if own_file is not None else []
-    return (*DEFAULT_IGNORE, *own, *user_rules)
+    return (*DEFAULT_IGNORE, *own, *SECRETS, *user_rules)
 
 
 @dataclass(frozen=True)

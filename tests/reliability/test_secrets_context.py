@@ -80,6 +80,16 @@ def test_a_context_from_a_folder_of_secrets_holds_none_of_them(tmp_path: Path) -
     assert "deploy/server.pem" in survey.summary() or "secret" in survey.summary()
 
 
+def test_what_a_build_backend_sees_holds_no_secret(tmp_path: Path) -> None:
+    """The top-level names the image's build backend sees (`top_level`) follow the same
+    rules as the context."""
+    project = _project(tmp_path)
+    dirs, files = sourcetree.top_level(project, ())
+    assert not {".git", ".ssh", ".aws"} & set(dirs), dirs  # .kube/ holds more than config
+    assert not {".env", ".netrc", ".npmrc", ".envrc", ".pypirc"} & set(files), files
+    assert "train.py" in files
+
+
 def test_no_ignore_file_of_the_project_brings_a_secret_back(tmp_path: Path) -> None:
     """A `.gitignore` or `.dockerignore` of the checkout cannot re-include a secret; only the
     request's own `[project] ignore` can name one (the user asking for it)."""

@@ -60,7 +60,10 @@ def test_collect_keeps_code_and_drops_vcs_venvs_caches_data_and_secrets(tmp_path
         "src/x/__init__.py",
         "src/x/data/__init__.py",
     ]
-    assert source.rules[-2:] == ("notebooks", "!data/vocab.txt")
+    # The .dockerignore's, then the secrets (no `!` of the checkout's files re-includes one),
+    # then [project] ignore.
+    secrets = sourcetree.SECRETS
+    assert source.rules[-(len(secrets) + 2) :] == ("notebooks", *secrets, "!data/vocab.txt")
     assert [(e.path, e.why) for e in source.left_out] == [
         (".dockerignore", "envbuild's defaults: .dockerignore"),
         (".git/", "a secret: **/.git"),
