@@ -29,6 +29,7 @@ from envbuild.build.pipeline import (
     default_tag,
 )
 from envbuild.core.errors import EnvbuildError, RegistryError, UserError
+from envbuild.core.fsio import check_output
 from envbuild.core.values import parse_image_ref
 from envbuild.engine import select
 from envbuild.engine.protocol import ContainerEngine, RunResult
@@ -151,7 +152,8 @@ def attest(
         engine=engine,
         signer=signer,
     )
-    stems = [request.save] if request.save is not None else []
+    # Beside an archive file only: a --save into a FIFO or /dev/stdout has no "beside".
+    stems = [request.save] if request.save is not None and request.save.is_file() else []
     if request.evidence is not None:
         stems.append(request.evidence / _tag_name(outcome.job.name))
     written: dict[str, Any] = {}
@@ -301,11 +303,8 @@ def check_delivery(request: ImageRequest, *, buildkit: bool) -> None:
     """Refuse --push/--save/--cache-* values before a long build rather than after it."""
     if request.push:
         check_tag(request.push)
-    if request.save is not None and request.save.is_dir():
-        raise UserError(
-            f"--save {request.save} is a folder",
-            hint="name the archive file, e.g. --save torch.tar",
-        )
+    if request.save is not None:
+        check_output(request.save, what="--save")
     if (
         request.sign_key is not None
         and request.save is None

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from envbuild.app import lock_base_extras as base_extras
-from envbuild.core.errors import EngineError, UserError
+from envbuild.core.errors import EngineError, UserError, redact
 from envbuild.core.fsio import write_if_changed
 from envbuild.core.models import BaseFacts, Lock, Request
 from envbuild.core.resources import payload_dir
@@ -52,7 +52,8 @@ def probe_base(engine: ContainerEngine, ref: str, framework: str) -> BaseFacts:
                 f"the base {ref}: the probe did not finish in {PROBE_TIMEOUT_S} s",
                 hint=f"check that `docker run --rm {ref} {python} -c 'import {framework}'` returns",
             )
-        stderr = " | ".join(result.stderr.strip().splitlines()[-3:])
+        # Set on the error after it is made: redacted and cut here (errors.redact, MAX_MESSAGE).
+        stderr = redact(" | ".join(ln[:300] for ln in result.stderr.strip().splitlines()[-3:]))
         try:
             return framework_base.parse_probe(
                 result.stdout, ref=ref, framework=framework, image_id=image_id

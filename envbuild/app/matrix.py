@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from envbuild.core.errors import MatrixError, SourceUnreachableError
-from envbuild.core.fsio import write_atomic
+from envbuild.core.fsio import write_output
 from envbuild.core.resources import matrix_dir as default_matrix_dir
 from envbuild.matrix import (
     Matrix,
@@ -75,7 +75,7 @@ def refresh_matrix(
     if not dry_run:
         for name, text in sorted(new_texts.items()):
             path = folder / name.split("/", 1)[1]
-            write_atomic(path, text)
+            write_output(path, text, what="the matrix file")
             written.append(str(path))
     return refresh.RefreshResult(
         plan, tuple(written), dry_run, tuple(gathered.ok), tuple(gathered.failed)

@@ -10,7 +10,7 @@ from pathlib import Path
 from envbuild import matrix as matrix_data
 from envbuild.app import inputs
 from envbuild.core.errors import UserError
-from envbuild.core.fsio import is_own_folder, replace_folder, write_atomic
+from envbuild.core.fsio import is_own_folder, replace_folder, write_output
 from envbuild.render import dockerfile as rendering
 from envbuild.render import local_wheels
 from envbuild.request import sourcetree
@@ -28,16 +28,17 @@ def render(
     and the whole build context to `context` (a folder, or a `.tar` file) when given."""
     options = rendering.render_options(build_inputs or rendering.BuildInputs())
     _request, lock, lock_text = inputs.load_fresh_text(image_dir, matrix_overlay=matrix_overlay)
-    note = None
+    notes: list[str] = []
     if context is not None:
         # A context holds the wheelhouse; a Dockerfile alone never needs one (nor this check).
         options, note = local_wheels.lock_wheelhouse(lock, options, image_dir=image_dir)
+        notes += [note] if note else []
     dockerfile = rendering.render_dockerfile(
         lock, options=options, template_dir=image_dir, lock_text=lock_text
     )
     # Walked apart from the context (which reads the files) so that a render to stdout
     # reports it too; it costs a stat per file.
-    survey = sourcetree.project_survey(lock.project, image_dir)
+    survey = sourcetree.project_survey(lock.project, image_dir, exclude=context)
     files = 0
     if context is not None:
         context_files = rendering.build_context(
@@ -46,29 +47,34 @@ def render(
             image_dir=image_dir,
             options=options,
             matrix=matrix_data.load_matrix_from(matrix_overlay),
+            dest=context,
         )
-        write_context(context, context_files, image_dir=image_dir)
+        notes += _written(write_context(context, context_files, image_dir=image_dir))
         files = len(context_files)
     if output is not None:
-        write_atomic(output, dockerfile)
+        notes += _written(write_output(output, dockerfile, what="-o"))
     return rendering.RenderResult(
         dockerfile=dockerfile,
         output=output,
         context=context,
         context_files=files,
         left_out=None if survey is None else survey.left_out,
-        notes=(note,) if note else (),
+        notes=tuple(notes),
     )
 
 
-def write_context(dest: Path, files: dict[str, bytes], *, image_dir: Path) -> None:
+def _written(note: str) -> list[str]:
+    """The line that says an output was written into a special file, not replaced."""
+    return [f"wrote into {note}"] if note else []
+
+
+def write_context(dest: Path, files: dict[str, bytes], *, image_dir: Path) -> str:
     """A build context as a reproducible `.tar` file, or as a folder swapped in whole (a
     reader never sees half of it). A folder is replaced only when it is new, empty, or holds
     exactly an earlier context envbuild wrote (its marker and the files it lists): never the
     image folder, a folder around it, or a folder with anyone else's files in it."""
     if dest.name.endswith(".tar"):
-        write_atomic(dest, rendering.context_tar(files))
-        return
+        return write_output(dest, rendering.context_tar(files), what="--context")
     target, folder = dest.resolve(), image_dir.resolve()
     if target == folder or target in folder.parents:
         raise UserError(
@@ -91,3 +97,4 @@ def write_context(dest: Path, files: dict[str, bytes], *, image_dir: Path) -> No
                 fields={"context": str(dest)},
             )
     replace_folder(dest, files)
+    return ""

@@ -1,72 +1,28 @@
 """`--report FILE.html` of `envbuild image`, `smoke` and `validate`, and the memory fit they print.
 
-The page is `envbuild.render.report.page`; it is written atomically (`write_atomic`), and on a
-failure too (it shows what failed). `check_path` refuses a path that cannot be a file before a
-long build rather than after it.
-
-A --report that is a symlink is written through it (the link stays: it is how the user named
-the page's place), and one that is a FIFO or a character device (/dev/stdout) is streamed into
-it: replacing either with a file, as a rename does, would leave the reader waiting for ever,
-and as root would replace /dev/stdout itself.
+The page is `envbuild.render.report.page`; it is written by the rule of every output
+(`fsio.write_output`: atomically, through a symlink, into a FIFO or terminal), and on a failure
+too (it shows what failed). `check_path` refuses a path that cannot be written before a long
+build rather than after it.
 """
 
 from __future__ import annotations
 
-import errno
-import os
-import stat
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from envbuild import matrix as matrix_data
-from envbuild.core.errors import UserError
-from envbuild.core.fsio import write_atomic, write_error
+from envbuild.core.fsio import check_output, write_output
 from envbuild.render import report as html
 from envbuild.smoke import fit as memfit
 
 
-def _mode(path: Path) -> int | None:
-    """The mode of what `path` names (through a symlink); None when nothing is there. UserError
-    for a symlink to nothing (writing would create its target's folders) or a socket/device."""
-    try:
-        mode = path.stat().st_mode
-    except (FileNotFoundError, NotADirectoryError):  # the parents' check words the second
-        if path.is_symlink():
-            raise UserError(
-                f"--report {path} is a symlink to {os.readlink(path)}, which does not exist",
-                hint="point the link at a file in an existing folder, or name another page",
-            ) from None
-        return None
-    except OSError as exc:
-        raise write_error(exc, path, f"--report {path}") from None
-    if stat.S_ISDIR(mode):
-        raise UserError(
-            f"--report {path} is a folder", hint="name the page, e.g. --report smoke.html"
-        )
-    if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)):
-        raise UserError(
-            f"--report {path} is not a file, FIFO or terminal",
-            hint="name a file for the page, e.g. --report smoke.html",
-        )
-    return mode
-
-
 def check_path(path: Path | None) -> None:
     """UserError (exit 2) for a --report that is a folder, a socket, a dangling symlink or
-    under a file."""
-    if path is None:
-        return
-    if _mode(path) is not None:
-        return
-    for parent in path.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise UserError(
-                    f"--report {path}: {parent} is a file, not a folder",
-                    hint="name a file in a folder, e.g. --report smoke.html",
-                )
-            break
+    under a file (`fsio.check_output`)."""
+    if path is not None:
+        check_output(path, what="--report")
 
 
 def memory_fit(
@@ -107,28 +63,4 @@ def write(
         error=error,
         command=command,
     )
-    mode = _mode(path)
-    if mode is not None and not stat.S_ISREG(mode):
-        _stream(path, text)
-    else:
-        write_atomic(path.resolve() if path.is_symlink() else path, text)
-
-
-def _stream(path: Path, text: str) -> None:
-    """Write into a FIFO or character device as `> path` would; a FIFO nobody reads is refused
-    (opening it would block for ever)."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        if exc.errno == errno.ENXIO:
-            raise UserError(
-                f"--report {path} is a FIFO that no process reads",
-                hint=f"start its reader first (e.g. `cat {path} > page.html &`)",
-            ) from None
-        raise write_error(exc, path, f"--report {path}") from None
-    try:
-        os.set_blocking(fd, True)
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-    except OSError as exc:
-        raise write_error(exc, path, f"--report {path}") from None
+    write_output(path, text, what="--report")

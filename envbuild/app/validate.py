@@ -16,8 +16,9 @@ from envbuild.app.smoke import run_in_image
 from envbuild.build.pipeline import LOCK_LABEL, LOCK_SHA_LABEL
 from envbuild.core.documents import DocumentError, json_loads
 from envbuild.core.errors import EnvbuildError, SmokeFailed, UserError
-from envbuild.core.fsio import read_input, write_atomic
+from envbuild.core.fsio import read_input, write_output
 from envbuild.core.models import Host, Lock
+from envbuild.core.values import image_ref_problem
 from envbuild.engine.protocol import ContainerEngine, RunResult
 from envbuild.host.gpu_attach import GpuChoice, unavailable_message
 from envbuild.host.probe import host_from_facts, load_facts_file
@@ -65,8 +66,10 @@ def validate(
             _write_junit_error(junit, f"envbuild.validate.{target}", err)
         raise
     if junit is not None:
-        write_atomic(
-            junit, reports.junit_xml([(f"envbuild.validate.{result.target}", result.checks)])
+        write_output(
+            junit,
+            reports.junit_xml([(f"envbuild.validate.{result.target}", result.checks)]),
+            what="--junit",
         )
     return result
 
@@ -74,7 +77,7 @@ def validate(
 def _write_junit_error(junit: Path, suite: str, err: EnvbuildError) -> None:
     """CI asked for a report: the error that stopped validate, as one failed test case."""
     check = Check("error", "fail", err.message, err.hint)
-    write_atomic(junit, reports.junit_xml([(suite, (check,))]))
+    write_output(junit, reports.junit_xml([(suite, (check,))]), what="--junit")
 
 
 def _validate(
@@ -292,7 +295,7 @@ def validate_fleet(
         raise
     if junit is not None:
         suites = [(f"envbuild.validate.{r.lock}@{r.host}", r.checks) for r in fleet.view.results]
-        write_atomic(junit, reports.junit_xml(suites))
+        write_output(junit, reports.junit_xml(suites), what="--junit")
     return fleet
 
 
@@ -326,7 +329,7 @@ def _fleet(
         return FleetResult(view=view)
     jobs = _jobs(view, locks, hosts_file, image, gpus_per_pod)
     manifest = reports.to_yaml_documents(jobs)
-    write_atomic(k8s_job, manifest)
+    write_output(k8s_job, manifest, what="--k8s-job")
     nodes = tuple(
         (j["metadata"]["name"], j["metadata"]["annotations"]["envbuild.node"]) for j in jobs
     )
@@ -375,6 +378,17 @@ def _jobs(
             "the folder that image was built from",
             hint="envbuild validate --hosts hosts.jsonl --lock images/torch-train "
             "--image registry/team/torch:tag --k8s-job job.yaml",
+        )
+    problem = image_ref_problem(image)
+    if problem is not None:
+        shown = (
+            repr(image) if len(image) <= 200 else f"{image[:120]!r}... ({len(image)} characters)"
+        )
+        raise UserError(
+            f"--image {shown}: {problem}",
+            hint="give the image the Job runs as `docker push` named it, e.g. "
+            "registry.example.com/team/torch:1",
+            fields={"image": image[:200]},
         )
     label, lock = locks[0]
     fits = view.passing(label)

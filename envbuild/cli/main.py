@@ -96,6 +96,16 @@ def report_error(err: EnvbuildError, *, as_json: bool) -> None:
         click.echo(f"  next: {safe(err.hint)}", err=True)
 
 
+def redact_usage(err: click.UsageError) -> None:
+    """Click quotes the value it refused (`'https://me:token@host' is not a valid integer`):
+    its message is redacted and made printable like every envbuild error (`errors.redact`)."""
+    from envbuild.core.documents import printable
+    from envbuild.core.errors import redact
+
+    # Typed Final by click, but a plain attribute that its own `show` and `format_message` read.
+    err.message = printable(redact(err.message))  # type: ignore[misc]
+
+
 def report_usage_error(err: click.UsageError) -> None:
     """A Click usage error (unknown option, missing argument, bad value) under --json: the same
     error object every command prints, so a CI job parsing stdout gets JSON, not nothing."""
@@ -138,6 +148,20 @@ def _silence_stdout() -> None:
 class EnvbuildGroup(LazyGroup):
     """The top-level group: lazy commands, and the one place errors become exit codes."""
 
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        # The group's own options are parsed here, before `invoke`: redacted the same way.
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as err:
+            redact_usage(err)
+            raise
+
     def invoke(self, ctx: click.Context) -> Any:
         # Imported here, not at the top: `envbuild --help` exits before invoking anything.
         from envbuild.core.errors import EnvbuildError
@@ -159,6 +183,7 @@ class EnvbuildGroup(LazyGroup):
             _silence_stdout()
             ctx.exit(EXIT_BROKEN_PIPE)
         except click.UsageError as err:
+            redact_usage(err)
             if not wants_json:
                 raise
             report_usage_error(err)

@@ -11,6 +11,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+MAX_MESSAGE = 16 * 1024
+"""The longest message or hint an error carries: what it quotes is cut there (a 9 MB value
+never becomes a 9 MB message; the value's own checks name it by start and length first)."""
+
 # `scheme://user:secret@host`: the userinfo of a URL (RFC 3986 section 3.2.1) is a credential.
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/@\s'\"`<>]+@")
 
@@ -21,9 +25,15 @@ def redact(text: str) -> str:
     return _USERINFO.sub(r"\1***@", text)
 
 
+def _bounded(text: str) -> str:
+    if len(text) <= MAX_MESSAGE:
+        return text
+    return f"{text[: MAX_MESSAGE - 200]}... (cut: {len(text)} characters in all)"
+
+
 def _redacted(value: Any) -> Any:
     if isinstance(value, str):
-        return redact(value)
+        return _bounded(redact(value))
     if isinstance(value, dict):
         return {k: _redacted(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -58,8 +68,8 @@ class EnvbuildError(Exception):
         if self.exit_code < 0:
             self.exit_code = _class_exit_code(type(self))
         # Messages often quote a URL the user gave; a credential in it is never shown.
-        self.message = redact(self.message)
-        self.hint = redact(self.hint)
+        self.message = _bounded(redact(self.message))
+        self.hint = _bounded(redact(self.hint))
         self.fields = _redacted(self.fields)
         super().__init__(self.message)
 

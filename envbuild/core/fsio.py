@@ -1,5 +1,6 @@
-"""Files (thin I/O): the one bounded reader, the one atomic writer, a folder's exclusive lock,
-and a build context folder swapped in whole.
+"""Files (thin I/O): the one bounded reader, the one atomic writer and the one rule of every
+output a user names (`write_output`), a folder's exclusive lock, and a build context folder
+swapped in whole.
 
 A reader, or a crash at any moment, sees either the old file or the new one, never a mix.
 Every input file is read through `read_input`: a FIFO, a device or a folder is refused before
@@ -15,8 +16,10 @@ import contextlib
 import errno
 import fcntl
 import os
+import re
 import shutil
 import stat
+import sys
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -152,14 +155,142 @@ def folder_lock(folder: Path) -> Iterator[None]:
 def write_atomic(path: Path, data: str | bytes | Iterable[bytes]) -> None:
     """Replace `path` with `data` (text as UTF-8; or chunks, streamed) atomically: temp file in
     the same folder, fsync, os.replace; the folder is created when missing. envbuild's one file
-    writer (locks, Dockerfiles, build-context tars, JUnit, Job manifests, matrix files, the
-    refresh cache, `image --save` archives).
+    writer: its own files (locks, the refresh cache) directly, every path a user names through
+    `write_output`'s rule (Dockerfiles, build-context tars, JUnit, Job manifests, matrix files,
+    HTML reports, `image --save` archives).
     """
     path = Path(path)
     try:
         _write_atomic(path, data)
     except OSError as exc:
         raise write_error(exc, path) from None
+
+
+_STANDARD_STREAM = re.compile(r"/dev/(?:std(out|err)|fd/([0-9]+))|/proc/self/fd/([0-9]+)")
+"""The names a shell gives its own streams (bash(1), REDIRECTION: /dev/stdout, /dev/fd/N)."""
+
+
+def write_output(path: Path, data: str | bytes | Iterable[bytes], *, what: str) -> str:
+    """Write a file the user named (`what`: the option, as messages name it), by one rule, the
+    one every output follows (docs/reliability.md, "Writers never replace special files"):
+
+    - a new or regular file is replaced atomically (`write_atomic`), through a symlink to it
+      (the link stays, its target is replaced, as `>` would write it);
+    - /dev/stdout, /dev/stderr, /dev/fd/N and /proc/self/fd/N are envbuild's own stream:
+      written to it, as the shell writes to them;
+    - a FIFO or a character device (a terminal, /dev/null) is written into, never renamed
+      over; a FIFO that no process reads is refused (opening it would block for ever);
+    - a folder, a block device or a socket is refused (UserError, exit 2).
+
+    Returns "" for a regular file, else what was written into ("the FIFO x"), for the
+    caller to say so."""
+    path = Path(path)
+    fd = _standard_fd(str(path))
+    if fd is not None:
+        _stream_fd(fd, data, path, what)
+        return f"{path} (envbuild's own stream: written into)"
+    mode = _output_mode(path, what)
+    if mode is None or stat.S_ISREG(mode):
+        write_atomic(path.resolve() if path.is_symlink() else path, data)
+        return ""
+    _stream(path, data, what)
+    return f"{path} ({_KINDS[stat.S_IFMT(mode)]}: written into, not replaced)"
+
+
+def check_output(path: Path, *, what: str) -> None:
+    """UserError (exit 2) now for an output `write_output` would refuse (a folder, a socket, a
+    block device, a symlink to nothing, a path under a file): asked before a long build
+    rather than after it."""
+    path = Path(path)
+    if _standard_fd(str(path)) is not None or _output_mode(path, what) is not None:
+        return
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise UserError(
+                    f"{what} {path}: {parent} is a file, not a folder",
+                    hint=f"name a file in a folder for {what}",
+                    fields={"file": str(path)},
+                )
+            break
+
+
+def _output_mode(path: Path, what: str) -> int | None:
+    """The mode of what an output path names (through a symlink): None when nothing is there;
+    UserError for what is never written over, and for a symlink to nothing (writing would
+    create its target wherever it points)."""
+    try:
+        mode = path.stat().st_mode
+    except (FileNotFoundError, NotADirectoryError):  # check_output words the second
+        if path.is_symlink():
+            raise UserError(
+                f"{what} {path} is a symlink to {os.readlink(path)}, which does not exist",
+                hint="point the link at a file in an existing folder, or name another file",
+                fields={"file": str(path)},
+            ) from None
+        return None
+    except OSError as exc:
+        raise write_error(exc, path, f"{what} {path}") from None
+    if stat.S_ISREG(mode) or stat.S_ISFIFO(mode) or stat.S_ISCHR(mode):
+        return mode
+    kind = _KINDS.get(stat.S_IFMT(mode), "not a plain file")
+    raise UserError(
+        f"{what} {path} is {kind}: envbuild does not write over it",
+        hint=f"give a file path for {what} (a new one, a regular file, a FIFO or a terminal)",
+        fields={"file": str(path), "kind": kind},
+    )
+
+
+def _standard_fd(name: str) -> int | None:
+    found = _STANDARD_STREAM.fullmatch(name)
+    if found is None:
+        return None
+    std, dev_fd, proc_fd = found.groups()
+    if std:
+        return 1 if std == "out" else 2
+    return int(dev_fd or proc_fd)
+
+
+def _chunks(data: str | bytes | Iterable[bytes]) -> Iterator[bytes]:
+    if isinstance(data, str):
+        yield data.encode("utf-8")
+    elif isinstance(data, bytes):
+        yield data
+    else:
+        yield from data
+
+
+def _stream_fd(fd: int, data: str | bytes | Iterable[bytes], path: Path, what: str) -> None:
+    for stream in (sys.stdout, sys.stderr):  # what was printed before comes first
+        with contextlib.suppress(Exception):
+            stream.flush()
+    try:
+        for chunk in _chunks(data):
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(fd, view) :]
+    except OSError as exc:
+        raise write_error(exc, path, f"{what} {path}") from None
+
+
+def _stream(path: Path, data: str | bytes | Iterable[bytes], what: str) -> None:
+    """Write into a FIFO or character device as `> path` would; a FIFO nobody reads is refused
+    (opening it would block for ever)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            raise UserError(
+                f"{what} {path} is a FIFO that no process reads",
+                hint=f"start its reader first (e.g. `cat {path} > out &`), or give a file",
+                fields={"file": str(path), "kind": "a FIFO"},
+            ) from None
+        raise write_error(exc, path, f"{what} {path}") from None
+    try:
+        os.set_blocking(fd, True)
+        _stream_fd(fd, data, path, what)
+    finally:
+        os.close(fd)
 
 
 def _write_atomic(path: Path, data: str | bytes | Iterable[bytes]) -> None:

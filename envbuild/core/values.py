@@ -26,6 +26,15 @@ from envbuild.core.errors import UserError
 FIX_LOCK = "fix the request (envbuild.toml) and run `envbuild lock <image dir>` again"
 """The next step when a value in a lock is refused: it came from the request."""
 
+INVISIBLE_CHARS = "\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff"
+"""Invisible and bidirectional formatting characters, as a regex class body: soft hyphen,
+Arabic letter mark, Mongolian vowel separator, zero-width space and joiners, LRM/RLM, the
+embeddings and overrides, word joiner and invisible operators, the isolates, BOM. A command
+holding one reads one way in a review and runs another ("Trojan Source", CVE-2021-42574)."""
+CONTROL_CHARS = r"\x00-\x1f\x7f-\x9f\u2028\u2029" + INVISIBLE_CHARS
+"""C0/C1 controls, DEL, the Unicode line and paragraph separators (each breaks a line
+somewhere) and INVISIBLE_CHARS: refused in every request value that reaches a command, a RUN
+line or a Dockerfile."""
 PACKAGE_NAME_RE = re.compile(r"[A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9._-]*[A-Za-z0-9]")  # PEP 508
 VERSION_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+!_-]*")  # then PEP 440 through `packaging`
 SHA256_RE = re.compile(r"sha256:[0-9a-f]{64}")

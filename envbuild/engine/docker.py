@@ -548,11 +548,18 @@ class DockerEngine:
     def save(self, ref: str, dest: Path) -> int:
         """`docker save REF` into `dest` (a docker-archive: what `apptainer build x.sif
         docker-archive://FILE` and `podman load` read), streamed and written atomically."""
-        from envbuild.core.fsio import write_atomic
+        from envbuild.core.fsio import write_output
+
+        written = 0
+
+        def counted(chunks: Any) -> Any:  # a FIFO or a terminal has no size to stat after
+            nonlocal written
+            for chunk in chunks:
+                written += len(chunk)
+                yield chunk
 
         try:
-            chunks = self.client.api.get_image(ref)
-            write_atomic(dest, chunks)
+            write_output(dest, counted(self.client.api.get_image(ref)), what="--save")
         except docker.errors.ImageNotFound:
             raise UserError(f"no image {ref} in the engine to save") from None
         except docker.errors.APIError as exc:
@@ -567,7 +574,7 @@ class DockerEngine:
                 f"cannot write {dest}: {exc.strerror or exc}",
                 hint="pass --save a path in a writable folder with room for the whole image",
             ) from None
-        return dest.stat().st_size
+        return written
 
     # --- GPUs ----------------------------------------------------------------------------
 

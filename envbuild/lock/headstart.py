@@ -12,8 +12,10 @@ every wheel in the local find-links folders it reads. Anything else and it is ki
 those after it, and uv runs as it always did: the lock is the same either way, only sooner.
 
 What the last successful lock of a folder ran is kept in the user cache, one small JSON file
-per folder and set of flags, written atomically and read only when it is the user's own (it
-names commands to run). Imports only the standard library, `envbuild.core.usercache`,
+per folder and set of flags, written atomically and read only when it is the user's own. A
+record names no program of its own: it keeps uv's arguments, and the path and file identity
+of the uv it ran, and a head start runs only the uv this run would use (`uvenv.find_uv`),
+when it is that path and still that file (docs/reliability.md, "No code from records"). Imports only the standard library, `envbuild.core.usercache`,
 `wheelhashes` and `uvenv`: the lock command starts it before it imports the lock path.
 
 This is envbuild's one start-up tuning, and `ENVBUILD_NO_HEADSTART=1` its one off switch
@@ -28,12 +30,13 @@ import json
 import os
 import re
 import subprocess
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from envbuild.core import usercache
 from envbuild.lock import wheelhashes
-from envbuild.lock.uvenv import isolated_env
+from envbuild.lock.uvenv import find_uv, isolated_env
 
 if TYPE_CHECKING:
     from pathlib import Path  # annotations only: pathlib's import would delay the start
@@ -44,7 +47,7 @@ FOLDER = "headstart"
 WORK = "\0work\0"
 """Stands for uv's working folder in a kept command (each run has its own temporary one):
 no argument can hold a NUL byte, so nothing real is ever taken for it."""
-FORMAT = 3
+FORMAT = 4
 MAX_AHEAD = 8
 """At most this many commands start ahead (a lock with source packages runs about five)."""
 DISABLE_ENV = "ENVBUILD_NO_HEADSTART"
@@ -93,6 +96,7 @@ def read_record(path: str) -> dict[str, Any] | None:
         and data.get("format") == FORMAT
         and isinstance(data.get("key"), str)
         and isinstance(data.get("inputs"), str)
+        and isinstance(data.get("uv"), list)
         and isinstance(data.get("calls"), list)
         and all(_is_call(c) for c in data["calls"])
     )
@@ -102,9 +106,8 @@ def read_record(path: str) -> dict[str, Any] | None:
 def _is_call(call: object) -> bool:
     return (
         isinstance(call, dict)
-        and isinstance(call.get("argv"), list)
-        and bool(call["argv"])
-        and all(isinstance(a, str) for a in call["argv"])
+        and isinstance(call.get("args"), list)
+        and all(isinstance(a, str) for a in call["args"])
         and isinstance(call.get("files"), dict)
         and all(isinstance(k, str) and isinstance(v, str) for k, v in call["files"].items())
         and isinstance(call.get("watch"), list)
@@ -268,10 +271,20 @@ class HeadStart:
     still runs). A lock may run uv several times (a source package's rounds, a builder
     stage's pins): each kept command starts at once and is taken in its turn."""
 
-    def __init__(self, key: str, inputs: str, started: Sequence[Started | None]) -> None:
+    def __init__(
+        self,
+        key: str,
+        inputs: str,
+        started: Sequence[Started | None],
+        uv: Sequence[object] = (),
+    ) -> None:
         self.key = key
         self.inputs = inputs
         self.started = list(started)
+        self.uv = list(uv)
+        """[path, file identity] of the uv this run uses (`uv_in_use`); [] when none."""
+        self.foreign = False
+        """A command of this run was not that uv: nothing of the run is kept."""
         self.taken = 0
         """How many commands came from what was started ahead."""
         self._calls: list[dict[str, Any]] = []
@@ -286,9 +299,12 @@ class HeadStart:
     def __exit__(self, exc_type: object, *exc: object) -> None:
         self.close()
         # Kept once the whole lock went through: what failed is not worth starting again.
-        if exc_type is None and self.key and self._calls:
-            body = {"format": FORMAT, "key": self.key, "inputs": self.inputs}
-            body["calls"] = self._calls
+        if exc_type is None and self.key and self._calls and self.uv and not self.foreign:
+            body = {"format": FORMAT, "key": self.key, "inputs": self.inputs, "uv": self.uv}
+            body["calls"] = [
+                {"args": c["argv"][1:], "files": c["files"], "watch": c["watch"]}
+                for c in self._calls
+            ]
             text = json.dumps(body, sort_keys=True).encode()
             usercache.write_bytes(record_path(self.key), text)
 
@@ -306,6 +322,10 @@ class HeadStart:
 
         def run(argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> RunResult:
             if not self.key:  # idle: nothing started, nothing to keep
+                return fallback(argv, cwd, env)
+            if not self.uv or argv[0] != self.uv[0]:  # pip, or another uv: nothing to keep
+                self.foreign = True
+                self.close()
                 return fallback(argv, cwd, env)
             i = len(self._calls)
             call = {"argv": generic(argv, cwd), "files": read_folder(cwd)}
@@ -358,19 +378,38 @@ def begin(
         return idle()
     key = record_key(image_dir, options)
     inputs = inputs_stamp(image_dir)
+    uv = uv_in_use(environ)
     record = read_record(record_path(key))
     started: list[Started | None] = []
-    if record is not None and record["key"] == key and record["inputs"] == inputs:
+    if (
+        record is not None
+        and uv
+        and record["key"] == key
+        and record["inputs"] == inputs
+        and record["uv"] == uv
+    ):
         env = isolated_env(environ)
         try:
             for call in record["calls"][:MAX_AHEAD]:
-                started.append(start(call["argv"], call["files"], env, call["watch"]))
+                argv = [str(uv[0]), *call["args"]]  # this run's uv, never the record's choice
+                started.append(start(argv, call["files"], env, call["watch"]))
         except (OSError, ValueError):
             pass  # the rest run in their turn, as without a head start
         except BaseException:
-            HeadStart(key, inputs, started).close()
+            HeadStart(key, inputs, started, uv).close()
             raise
-    return HeadStart(key, inputs, started)
+    return HeadStart(key, inputs, started, uv)
+
+
+def uv_in_use(environ: Mapping[str, str]) -> list[object]:
+    """[path, file identity] of the uv this lock would run (`uvenv.find_uv`, as
+    `envbuild.lock.pins.select_tool` picks it); [] when it runs pip or finds no uv file. A
+    record of another path, or of a file since replaced at that path, starts nothing."""
+    if environ.get("ENVBUILD_PYDEPS") == "pip":
+        return []
+    path = find_uv(environ, sys.executable)
+    identity = wheelhashes.file_identity(path) if path else None
+    return [path, identity] if identity is not None else []
 
 
 def lock_options(

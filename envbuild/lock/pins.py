@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -33,7 +32,7 @@ from packaging.version import InvalidVersion, Version
 from envbuild.core.errors import PinError, UnsatisfiableError
 from envbuild.core.locations import resolve_local
 from envbuild.core.models import Lock, LockedPackage, Request, free_threaded_minor
-from envbuild.lock import wheelhashes
+from envbuild.lock import uvenv, wheelhashes
 from envbuild.lock.uvenv import isolated_env
 
 PYPI_SIMPLE = "https://pypi.org/simple"
@@ -115,14 +114,9 @@ def run_subprocess(argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> Ru
 
 
 def find_uv() -> str | None:
-    """uv next to the running Python (the venv's dev extra), then on PATH; ENVBUILD_UV wins."""
-    override = os.environ.get("ENVBUILD_UV")
-    if override:
-        return override
-    beside = Path(sys.executable).parent / "uv"
-    if beside.is_file() and os.access(beside, os.X_OK):
-        return str(beside)
-    return shutil.which("uv")
+    """uv next to the running Python (the venv's dev extra), then on PATH; ENVBUILD_UV wins
+    (`uvenv.find_uv`: the head start starts only this uv)."""
+    return uvenv.find_uv(os.environ, sys.executable)
 
 
 def _has_pip() -> bool:
@@ -471,8 +465,14 @@ def parse_pip_report(text: str, req: PinRequest) -> tuple[LockedPackage, ...]:
 # --- errors ------------------------------------------------------------------------------------
 
 
-def _tail(text: str, lines: int = 12) -> str:
-    return "\n".join(text.strip().splitlines()[-lines:])
+def _tail(text: str, lines: int = 12, width: int = 500) -> str:
+    """The last `lines` lines of a tool's output, each cut at `width` characters: uv quotes
+    the requirement it could not parse, which may be megabytes long."""
+    kept = text.strip().splitlines()[-lines:]
+    return "\n".join(
+        line if len(line) <= width else f"{line[:width]}... ({len(line)} characters)"
+        for line in kept
+    )
 
 
 def classify_failure(tool: str, stderr: str, req: PinRequest) -> Exception:

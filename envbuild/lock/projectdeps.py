@@ -384,7 +384,7 @@ def _requirements_file(reader: Reader, path: Path, *, constraint: bool) -> None:
         if line.startswith("-"):
             _refuse_option(line, origin)
         line = _HASH_OPTION.sub("", " " + line).strip()  # the lock takes its own hashes
-        req = _requirement(line, origin)
+        req = _requirement(line, origin, quote=False)
         if not constraint and ownproject.own_requirement(reader, req, line, origin):
             continue
         line = public_pin(reader, line, rel, origin)

@@ -5,6 +5,7 @@ importing projectdeps, which imports them."""
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +15,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 
 from envbuild.core.errors import RequestError
 from envbuild.lock import pins as pydeps
+from envbuild.request.fields import MAX_REQUIREMENT
 from envbuild.request.sourcetree import request_file
 
 
@@ -62,13 +64,33 @@ class Reader:
         return Path(os.path.relpath(path, self.image_dir.resolve())).as_posix()
 
 
-def requirement(text: str, origin: str) -> Requirement:
+def requirement(text: str, origin: str, *, quote: bool = True) -> Requirement:
+    """`text` as a requirement. `quote=False` for a line of a text file the request names:
+    a refusal then names the file and line but never echoes it (the file may be a secret
+    named by mistake; docs/reliability.md, "Secrets in messages")."""
+    if len(text) > MAX_REQUIREMENT:
+        start = f"{text[:60]!r}... " if quote else ""
+        raise RequestError(
+            f"{origin}: {start}{len(text)} characters long, not a requirement (at most "
+            f"{MAX_REQUIREMENT})",
+            hint="fix the line: a PEP 508 requirement such as numpy<3",
+            fields={"origin": origin},
+        )
     try:
         req = Requirement(text)
     except InvalidRequirement as exc:
+        reason = str(exc).splitlines()[0]
+        if quote:
+            said = f"{text!r} is not a valid requirement ({reason})"
+        else:
+            # packaging's first line names what it expected; drop it if it quotes the text.
+            if any(part in reason for part in re.findall(r"[^\s'\"]{4,}", text)):
+                reason = "not PEP 508"
+            said = f"not a valid requirement ({reason}; the line is not shown, as it could be a secret)"
         raise RequestError(
-            f"{origin}: {text!r} is not a valid requirement ({str(exc).splitlines()[0]})",
-            hint="fix the line: a PEP 508 requirement such as numpy<3",
+            f"{origin}: {said}",
+            hint="fix the line: a PEP 508 requirement such as numpy<3 (or name another file "
+            "in [packages] files)",
             fields={"origin": origin},
         ) from None
     if req.url is not None and not req.url.startswith(("https://", "http://", "file://")):

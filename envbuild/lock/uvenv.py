@@ -1,8 +1,9 @@
-"""The environment `uv pip compile` (or pip) runs in when envbuild pins: the request's
-[indexes] are the only package sources, whatever the machine's PIP_* / UV_* settings say.
+"""The uv envbuild runs and the environment `uv pip compile` (or pip) runs in when envbuild
+pins: the request's [indexes] are the only package sources, whatever the machine's PIP_* /
+UV_* settings say.
 
-Imports only `os`: `envbuild.lock.headstart` builds the same environment before the rest of the
-lock path is imported.
+Imports only `os`: `envbuild.lock.headstart` finds the same uv and builds the same environment
+before the rest of the lock path is imported.
 """
 
 from __future__ import annotations
@@ -50,3 +51,17 @@ def isolated_env(environ: Mapping[str, str]) -> dict[str, str]:
     env["PIP_CONFIG_FILE"] = os.devnull  # pip.conf may add indexes/find-links/constraints
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
     return env
+
+
+def find_uv(environ: Mapping[str, str], python: str) -> str | None:
+    """The uv a lock runs: ENVBUILD_UV, else the one beside `python` (the running
+    interpreter's venv: envbuild's dev extra), else the first on PATH (`shutil.which`)."""
+    override = environ.get("ENVBUILD_UV")
+    if override:
+        return override
+    beside = os.path.join(os.path.dirname(python), "uv")
+    if os.path.isfile(beside) and os.access(beside, os.X_OK):
+        return beside
+    import shutil  # only here: its import would delay the head start's common cases
+
+    return shutil.which("uv", path=environ.get("PATH"))

@@ -656,11 +656,13 @@ def build_context(
     options: RenderOptions,
     matrix: Matrix,
     wheels: bool = True,
+    dest: Path | None = None,
 ) -> dict[str, bytes]:
     """Every file the build sends (relative path -> bytes, "Dockerfile" at the root), sorted.
     `wheels=False`: all but the wheelhouse's files (`wheel_paths` names them; `envbuild
     image` reads them only when the engine builds).
-    `matrix` feeds the smoke plan (its GPU baselines)."""
+    `matrix` feeds the smoke plan (its GPU baselines). `dest`: where the context is written,
+    never part of the project's files."""
     _require_local_wheels(lock, options)
     files: dict[str, bytes] = {
         "Dockerfile": render_dockerfile(
@@ -678,7 +680,7 @@ def build_context(
         files[CA_CONTEXT_PATH] = options.ca_cert
     if options.find_links is not None and wheels:
         files.update(_wheel_files(options.find_links))
-    files.update(sourcetree.context_files(lock.project, image_dir))
+    files.update(sourcetree.context_files(lock.project, image_dir, exclude=dest))
     files.update(builder_stage.context_files(lock))
     return dict(sorted(files.items()))
 

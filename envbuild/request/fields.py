@@ -15,14 +15,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from envbuild.core.errors import RequestError, UserError
-from envbuild.core.values import check_url
+from envbuild.core.values import CONTROL_CHARS, check_url
 
 if TYPE_CHECKING:
     from packaging.requirements import Requirement
 
-# Quotes, backslashes, backticks, '$' and control characters break Dockerfile/shell quoting.
-# C0/C1 controls and Unicode line/paragraph separators too: each breaks a line somewhere.
-_BAD_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\"'`\\$]")
+# Quotes, backslashes, backticks, '$' and control characters break Dockerfile/shell quoting;
+# the control, line-breaking, invisible and bidi characters: core/values.py CONTROL_CHARS.
+_BAD_CHARS = re.compile("[" + CONTROL_CHARS + r"\"'`\\$" + "]")
 _LONG_QUOTED = re.compile(r"'[^']{120,}'")
 _PLAIN_KEY = re.compile(r"^[A-Za-z0-9_.-]+$")
 _URL_SCHEMES = ("https://", "http://", "file://")
@@ -58,8 +58,8 @@ def check_text(path: str, table: str, key: str, value: str) -> str:
             table,
             key,
             f"{value!r} contains {bad.group()!r}",
-            "write it without quotes, backslashes, '$', backticks, newlines or control "
-            "characters (they would end up inside Dockerfile and shell text)",
+            "write it without quotes, backslashes, '$', backticks, newlines, control, "
+            "invisible or bidi characters (they would end up inside Dockerfile and shell text)",
         )
     if value != value.strip():
         raise fail(
@@ -202,10 +202,23 @@ def read_url(path: str, table: str, key: str, value: str, *, paths_ok: bool) -> 
     return value  # a path, relative to the image folder
 
 
+MAX_REQUIREMENT = 4096
+"""The longest requirement line envbuild takes: a name, extras, a range, a marker and a
+wheel URL fit many times over; a longer one is refused before packaging or uv quote it."""
+
+
 def read_requirement(path: str, table: str, key: str, text: str) -> Requirement:
     # Imported here: its import (markers, tags) costs ~25 ms that `resolve` does not need.
     from packaging.requirements import InvalidRequirement, Requirement
 
+    if len(text) > MAX_REQUIREMENT:
+        raise fail(
+            path,
+            table,
+            key,
+            f"{text[:60]!r}... is {len(text)} characters long (at most {MAX_REQUIREMENT})",
+            'write a PEP 508 requirement such as "numpy<3" or "transformers>=4.40,<5"',
+        )
     try:
         req = Requirement(text)
     except InvalidRequirement as exc:

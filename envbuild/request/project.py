@@ -20,6 +20,7 @@ from typing import Any
 
 from envbuild.core.errors import UserError
 from envbuild.core.models import DependencyFiles, ProjectSettings
+from envbuild.core.values import CONTROL_CHARS
 from envbuild.request.fields import (
     fail,
     read_bool,
@@ -156,7 +157,7 @@ def _normal(name: str) -> str:
 # Commands run without a shell and reach a Dockerfile only as a JSON array (exec-form CMD),
 # so quotes, `$` and backslashes in an argument are just characters; a line break or control
 # character would still break a line somewhere (a Dockerfile, a log, a terminal).
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_CONTROL = re.compile("[" + CONTROL_CHARS + "]")
 
 
 def command_value(path: str, table: str, key: str, value: Any) -> tuple[str, ...]:
@@ -206,8 +207,8 @@ def _no_control(path: str, table: str, key: str, value: str) -> str:
             table,
             key,
             f"{value!r} contains {bad.group()!r}",
-            "write the command on one line without control characters (quotes, '$' and "
-            "backslashes are fine: it runs without a shell)",
+            "write the command on one line without control, invisible or bidi characters "
+            "(quotes, '$' and backslashes are fine: it runs without a shell)",
         )
     return value
 
@@ -240,11 +241,11 @@ def project_table(
 PROJECT_DIR = "/app"
 """Where the project's code is in the image (its WORKDIR)."""
 # The same characters the request refuses: a lock edited after the fact is checked again.
-_SAFE_ARG = re.compile(r"[^\x00-\x1f\x7f-\x9f\u2028\u2029\"'`\\$]+")
+_SAFE_ARG = re.compile("[^" + CONTROL_CHARS + r"\"'`\\$" + "]+")
 _SAFE_WHY = "quotes, backslashes, '$', backticks and control characters are refused"
 # A command argument reaches the Dockerfile as a JSON string (json.dumps escapes quotes and
 # backslashes); only what would break its line is refused. An empty argument is fine.
-_SAFE_COMMAND = re.compile(r"[^\x00-\x1f\x7f-\x9f\u2028\u2029]*")
+_SAFE_COMMAND = re.compile("[^" + CONTROL_CHARS + "]*")
 
 
 def template_values(project: ProjectSettings | None) -> dict[str, Any]:
@@ -258,7 +259,12 @@ def template_values(project: ProjectSettings | None) -> dict[str, Any]:
         }
     for what, values, pattern, refused in (
         ("[project] path", (project.path,), _SAFE_ARG, _SAFE_WHY),
-        ("[project] command", project.command, _SAFE_COMMAND, "control characters are refused"),
+        (
+            "[project] command",
+            project.command,
+            _SAFE_COMMAND,
+            "control, invisible and bidi characters are refused",
+        ),
         ("[project] ignore", project.ignore, _SAFE_ARG, _SAFE_WHY),
     ):
         for value in values:

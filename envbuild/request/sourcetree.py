@@ -7,13 +7,15 @@ image folder itself), so a request cannot copy `~/.ssh` or `/etc` into an image.
 
 What goes into /app is what the project holds. The rules come in layers, the last one that
 matches a path deciding, `!` re-including: envbuild's defaults (only what is never code:
-version control, virtualenvs, caches, build output, `.env` files, checkpoint and data files by
-extension), the project's own `.gitignore` files (git's rules, https://git-scm.com/docs/
-gitignore: relative to the folder that holds each one, a pattern without a slash matches at
-any depth), its `.dockerignore` and `[project] ignore` (Docker's rules, https://docs.docker.com/
-build/concepts/context/#dockerignore-files: relative to the project folder, matched at its
-top only unless they start with `**/`), and last the image folder's own files (envbuild.toml,
-its lock, its Dockerfile.j2), which never go in. A file over MAX_FILE_BYTES is data however it
+version control, virtualenvs, caches, build output, checkpoint and data files by extension),
+the project's own `.gitignore` files (git's rules, https://git-scm.com/docs/gitignore:
+relative to the folder that holds each one, a pattern without a slash matches at any depth),
+its `.dockerignore` (Docker's rules, https://docs.docker.com/build/concepts/context/
+#dockerignore-files: relative to the project folder, matched at its top only unless they start
+with `**/`), SECRETS (credential files by name, `.git`; a private key block by content; a link
+by its target), `[project] ignore` (Docker's rules: the only layer that may name a secret),
+and last the image folder's own files (envbuild.toml, its lock, its Dockerfile.j2), which
+never go in. A project folder that is a home folder, or holds one, is refused. A file over MAX_FILE_BYTES is data however it
 is named, unless a `!` rule of the `.dockerignore` or `[project] ignore` names it. pathspec's
 gitignore matcher applies every layer (Docker's rules anchored at the top, which is what they
 mean). What was left out is reported (`render`, `lock`) and written into the context as its
@@ -22,6 +24,7 @@ mean). What was left out is reported (`render`, `lock`) and written into the con
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import hashlib
 import os
@@ -32,16 +35,14 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from envbuild.core.errors import RequestError, UserError
-from envbuild.core.fsio import read_input
+from envbuild.core.fsio import CONTEXT_MARKER, read_input
 from envbuild.core.models import ProjectSettings
 from envbuild.request.project import PROJECT_DIR
 
 CONTEXT_DIR = "project"
 """Where the project's files are in the build context (`COPY project/ ...`)."""
 DEFAULT_IGNORE: tuple[str, ...] = (
-    # version control, virtualenvs, caches and build output
-    ".git",
-    "**/.git",
+    # version control (git's folder: SECRETS), virtualenvs, caches and build output
     ".hg",
     ".svn",
     ".venv",
@@ -59,8 +60,6 @@ DEFAULT_IGNORE: tuple[str, ...] = (
     "**/*.egg-info",
     "build",
     "dist",
-    # secrets a repository often holds next to the code
-    "**/.env",
     # run logs that tools write (never the project's code): they belong in volumes
     "wandb",
     "mlruns",
@@ -83,6 +82,32 @@ DEFAULT_IGNORE: tuple[str, ...] = (
     # the project's own ignore file: read, not copied
     ".dockerignore",
 )
+SECRETS: tuple[str, ...] = (
+    # version control: its history holds what was ever committed, and its config remotes
+    "**/.git",
+    # environment files and the credential files of the tools a repository is used with
+    "**/.env",
+    "**/.env.*",
+    "**/.envrc",
+    "**/.netrc",
+    "**/.pypirc",
+    "**/.git-credentials",
+    "**/.npmrc",
+    "**/.ssh",
+    "**/.aws",
+    "**/.docker/config.json",
+    "**/.kube/config",
+    "**/*.key",
+)
+"""What never goes into /app by its name (Docker's syntax): decided after the checkout's own
+`.gitignore` and `.dockerignore` files, so a `!` of theirs cannot bring one back; only the
+request's `[project] ignore` can (the user naming the file). A file holding a private key
+block is a secret by its content (`holds_private_key`), whatever its name."""
+SECRET_WHY = "a secret"
+CONTEXT_WHY = "envbuild's build context, not the project's code"
+PROJECT_IGNORE = "[project] ignore"
+_PRIVATE_KEY = re.compile(rb"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY( BLOCK)?-----")
+"""The armour line of a private key (RFC 7468 section 10, OpenSSH's and PGP's own)."""
 OWN_FILES: tuple[str, ...] = (
     "envbuild.toml",
     "envbuild.lock",
@@ -275,10 +300,10 @@ def _own_files(root: Path, image_dir: Path | None) -> list[str]:
 
 def ignore_rules(user_rules: Sequence[str], own_file: str | None = None) -> tuple[str, ...]:
     """The Docker-syntax rules, in order: envbuild's, the project's own `.dockerignore` lines,
-    then `[project] ignore` (later rules win, so a user's `!data/vocab.txt` re-includes a
-    file). The `.gitignore` files are layers of their own (`survey`)."""
+    SECRETS, then `[project] ignore` (later rules win, so a user's `!data/vocab.txt`
+    re-includes a file). The `.gitignore` files are layers of their own (`survey`)."""
     own = _rule_lines(own_file) if own_file is not None else []
-    return (*DEFAULT_IGNORE, *own, *user_rules)
+    return (*DEFAULT_IGNORE, *own, *SECRETS, *user_rules)
 
 
 @dataclass(frozen=True)
@@ -311,10 +336,19 @@ class Survey:
         return left_out_line(self.left_out)
 
 
-def survey(folder: Path, user_rules: Sequence[str], *, image_dir: Path | None = None) -> Survey:
-    """Walk the project folder once and decide every path (nothing is read but ignore files).
-    Symlinks to files inside the folder are taken as files; any other symlink is refused (it
-    could reach outside the repository)."""
+def survey(
+    folder: Path,
+    user_rules: Sequence[str],
+    *,
+    image_dir: Path | None = None,
+    exclude: Path | None = None,
+) -> Survey:
+    """Walk the project folder once and decide every path (the ignore files are read, and each
+    kept file is scanned for a private key block). A symlink is judged by its target: one to a
+    secret inside the folder is a secret; one to a file inside the folder is taken as that
+    file; any other symlink is refused (it could reach outside the repository).
+    `exclude`: the build context being written (`render --context` inside the project), left
+    out like any folder holding an earlier context (CONTEXT_MARKER): a context never nests."""
     root = folder.resolve()
     own = root / ".dockerignore"
     own_text = (
@@ -324,13 +358,15 @@ def survey(folder: Path, user_rules: Sequence[str], *, image_dir: Path | None = 
     first = _docker_layer("envbuild's defaults", DEFAULT_IGNORE)
     last = [
         _docker_layer(".dockerignore", _rule_lines(own_text or ""), explicit=True),
-        _docker_layer("[project] ignore", user_rules, explicit=True),
+        _docker_layer(SECRET_WHY, SECRETS),
+        _docker_layer(PROJECT_IGNORE, user_rules, explicit=True),
         _docker_layer("the image folder's own files", _own_files(root, image_dir)),
     ]
     # An ignored folder is skipped whole unless a Docker `!` rule could re-include under it
     # (git's rules cannot re-include a file whose folder is ignored).
     negations = [rule for layer in last for rule in layer.negations()]
     walk = _Walk(root=root, layers=[first], last=last, negations=negations)
+    walk.exclude = exclude.resolve() if exclude is not None else None
     for dirpath, dirnames, filenames in os.walk(root):
         walk.folder(Path(dirpath), dirnames, filenames)
     return Survey(
@@ -349,6 +385,8 @@ class _Walk:
     negations: list[str]
     kept: dict[str, Path] = field(default_factory=dict)
     left: list[LeftOut] = field(default_factory=list)
+    exclude: Path | None = None
+    """The build context being written, when it is inside the project."""
 
     def decide(self, rel: str, is_dir: bool) -> tuple[bool, _Layer | None, str]:
         """(ignored, the layer that decided, its pattern): the last layer that matches wins."""
@@ -368,10 +406,18 @@ class _Walk:
         keep_dirs = []
         for name in sorted(dirnames):
             rel = f"{base}/{name}" if base else name
+            if self.is_context(here / name):
+                self.left.append(LeftOut(rel + "/", CONTEXT_WHY))
+                continue
             ignored, layer, pattern = self.decide(rel, is_dir=True)
             if (here / name).is_symlink():
-                if not ignored:
-                    _refuse_link(here / name, rel, self.root)
+                if ignored:
+                    self.left.append(LeftOut(rel, _why(layer, pattern), 0))
+                    continue
+                secret = "" if self.trusted(layer) else self.link_secret(here / name)
+                if not secret:
+                    _refuse_link(here / name, rel, self.root)  # a link to a folder: refused
+                self.left.append(LeftOut(rel, secret, 0))
                 continue
             if ignored and not any(_reaches(rule, rel) for rule in self.negations):
                 self.left.append(LeftOut(rel + "/", _why(layer, pattern)))
@@ -381,12 +427,27 @@ class _Walk:
         for name in sorted(filenames):
             self.file(here / name, f"{base}/{name}" if base else name)
 
+    def is_context(self, path: Path) -> bool:
+        """A build context envbuild writes or wrote: never the project's code."""
+        if self.exclude is not None and path.absolute() == self.exclude:
+            return True
+        marker = path / CONTEXT_MARKER
+        return not path.is_symlink() and marker.is_file() and not marker.is_symlink()
+
     def file(self, path: Path, rel: str) -> None:
+        if self.exclude is not None and path.absolute() == self.exclude:
+            self.left.append(LeftOut(rel, CONTEXT_WHY, _size(path)))
+            return
         ignored, layer, pattern = self.decide(rel, is_dir=False)
         if ignored:
             self.left.append(LeftOut(rel, _why(layer, pattern), _size(path)))
             return
+        trusted = self.trusted(layer)
         if path.is_symlink():
+            secret = "" if trusted else self.link_secret(path)
+            if secret:
+                self.left.append(LeftOut(rel, secret, _size(path)))
+                return
             path = _refuse_link(path, rel, self.root)
         if not path.is_file():  # sockets, FIFOs: nothing to copy
             return
@@ -395,7 +456,43 @@ class _Walk:
         if size > MAX_FILE_BYTES and not named:
             self.left.append(LeftOut(rel, OVER_SIZE, size))
             return
+        if not trusted and holds_private_key(path):
+            self.left.append(LeftOut(rel, f"{SECRET_WHY}: a private key block", size))
+            return
         self.kept[rel] = path
+
+    @staticmethod
+    def trusted(layer: _Layer | None) -> bool:
+        """Whether the request's own `[project] ignore` decided: only it may name a secret."""
+        return layer is not None and layer.source == PROJECT_IGNORE
+
+    def link_secret(self, link: Path) -> str:
+        """Why a symlink is a secret, judged by its target inside the project folder ("" when
+        it is not one, or points elsewhere: `_refuse_link` decides those)."""
+        target = link.resolve()
+        if root_holds(self.root, target) and target != self.root:
+            rel = target.relative_to(self.root).as_posix()
+            secrets = next(layer for layer in self.last if layer.source == SECRET_WHY)
+            found = secrets.check(rel, target.is_dir())
+            if found is not None and found[0]:
+                return f"{SECRET_WHY}: a link to {rel} ({found[1]})"
+            if target.is_file() and holds_private_key(target):
+                return f"{SECRET_WHY}: a link to {rel}, a private key block"
+        return ""
+
+
+def root_holds(root: Path, path: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def holds_private_key(path: Path) -> bool:
+    """Whether the file holds a private key block (PEM, OpenSSH, PGP armour), however it is
+    named: a key pasted into notes.txt is as secret as id_rsa."""
+    try:
+        data = read_input(path, what="project file", limit=MAX_BYTES)
+    except (OSError, UserError):
+        return False  # unreadable: reading it for the context says so
+    return _PRIVATE_KEY.search(data) is not None
 
 
 def _why(layer: _Layer | None, pattern: str) -> str:
@@ -483,10 +580,14 @@ class SourceFiles:
 
 
 def collect(
-    folder: Path, user_rules: Sequence[str], *, image_dir: Path | None = None
+    folder: Path,
+    user_rules: Sequence[str],
+    *,
+    image_dir: Path | None = None,
+    exclude: Path | None = None,
 ) -> SourceFiles:
     """The project's files that the rules keep, read (`survey` decides which)."""
-    found = survey(folder, user_rules, image_dir=image_dir)
+    found = survey(folder, user_rules, image_dir=image_dir, exclude=exclude)
     sizes = {rel: path.stat().st_size for rel, path in found.kept.items()}
     if sum(sizes.values()) > MAX_BYTES:  # before reading any of it
         _too_large(sizes)
@@ -551,6 +652,15 @@ def project_folder(project: ProjectSettings, image_dir: Path) -> Path:
     """The folder of `[project] path`, inside the repository (RequestError otherwise)."""
     where = request_file(image_dir)
     folder = inside_repo(image_dir, project.path, what="[project] path", where=where)
+    home = next((h for h in home_folders() if folder == h or folder in h.parents), None)
+    if home is not None:
+        raise RequestError(
+            f"{where}: [project] path {project.path!r} is {folder}, "
+            + ("a home folder" if folder == home else f"a folder holding the home folder {home}")
+            + ": its dotfiles (keys, tokens, shell history) would go into the image",
+            hint="point [project] path at the project's own folder inside it",
+            fields={"path": project.path, "home": str(home)},
+        )
     if not folder.is_dir():
         raise RequestError(
             f"{where}: [project] path {project.path!r} ({folder}) is not a folder",
@@ -560,21 +670,44 @@ def project_folder(project: ProjectSettings, image_dir: Path) -> Path:
     return folder
 
 
-def project_survey(project: ProjectSettings | None, image_dir: Path) -> Survey | None:
-    """What goes into /app and what is left out (nothing read); None without a project."""
+def home_folders() -> list[Path]:
+    """The home folders a project must not be (this user's, by $HOME and by the password
+    database, and root's); `/` as a home (some containers) is not one."""
+    import pwd
+
+    found = {os.path.expanduser("~"), "/root"}
+    with contextlib.suppress(KeyError):
+        found.add(pwd.getpwuid(os.getuid()).pw_dir)
+    homes = set()
+    for home in found:
+        with contextlib.suppress(OSError):
+            resolved = Path(home).resolve()
+            if resolved != Path("/"):
+                homes.add(resolved)
+    return sorted(homes)
+
+
+def project_survey(
+    project: ProjectSettings | None, image_dir: Path, *, exclude: Path | None = None
+) -> Survey | None:
+    """What goes into /app and what is left out; None without a project. `exclude`: the
+    build context being written (`survey`)."""
     if project is None:
         return None
     folder = project_folder(project, image_dir)
-    return survey(folder, project.ignore, image_dir=image_dir)
+    return survey(folder, project.ignore, image_dir=image_dir, exclude=exclude)
 
 
-def context_files(project: ProjectSettings | None, image_dir: Path) -> dict[str, bytes]:
+def context_files(
+    project: ProjectSettings | None, image_dir: Path, *, exclude: Path | None = None
+) -> dict[str, bytes]:
     """The project's files under `project/` in a build context, and a `.dockerignore` that
-    lists what was left out (nothing without a project)."""
+    lists what was left out (nothing without a project). `exclude`: the context's own
+    destination, when it is inside the project (`survey`)."""
     if project is None:
         return {}
     folder = project_folder(project, image_dir)
-    source = collect(folder, project.ignore, image_dir=image_dir)
+    source = collect(folder, project.ignore, image_dir=image_dir, exclude=exclude)
     files = {f"{CONTEXT_DIR}/{rel}": data for rel, data in source.files.items()}
     files[".dockerignore"] = dockerignore_text(source.left_out).encode("utf-8")
     return files

@@ -21,6 +21,7 @@ from packaging.version import InvalidVersion, Version
 from envbuild.core.errors import EnvbuildError, UnsatisfiableError, UserError
 from envbuild.core.models import (
     FRAMEWORK_FLAVOUR,
+    OS_NAME_RE,
     BaseFacts,
     BaseImage,
     Floors,
@@ -28,6 +29,7 @@ from envbuild.core.models import (
     Request,
     Stack,
 )
+from envbuild.core.values import NAME_MAX, PACKAGE_NAME_RE, VERSION_RE
 from envbuild.core.versions import held_satisfies, try_version
 from envbuild.cuda.archs import ArchRules, arch_coverage, sort_archs
 from envbuild.matrix import CudaRelease, Matrix, NgcImage
@@ -37,10 +39,11 @@ from envbuild.request.parse import parse_framework_requirement
 from envbuild.resolver.gpus import parse_gpu
 
 PROBE_SOURCE = "probe"
-_ARCH_RE = re.compile(r"^(sm|compute)_[0-9]{2,3}[af]?$")
-_PATH_RE = re.compile(r"^/[A-Za-z0-9._+/-]+$")
-_PYTHON_RE = re.compile(r"^3\.[0-9]{1,2}$")
-_CUDA_RE = re.compile(r"^[0-9]+\.[0-9]+(\.[0-9]+)*$")
+_ARCH_RE = re.compile(r"(sm|compute)_[0-9]{2,3}[af]?")
+_ARCH_CHARS = re.compile(r"[A-Za-z0-9_]{1,32}")
+_PATH_RE = re.compile(r"/[A-Za-z0-9._+/-]+")
+_PYTHON_RE = re.compile(r"3\.[0-9]{1,2}")
+_CUDA_RE = re.compile(r"[0-9]+\.[0-9]+(\.[0-9]+)*")
 
 
 class ProbeError(EnvbuildError):
@@ -59,10 +62,18 @@ def _probe_fail(ref: str, problem: str, hint: str = "") -> ProbeError:
     )
 
 
+def _shown(value: object) -> str:
+    """A probe value as a message quotes it: repr (a line break shows as \\n), a huge one
+    by its start and length."""
+    shown = repr(value)
+    return f"{shown[:120]}... ({len(shown)} characters)" if len(shown) > 200 else shown
+
+
 def _text(data: Mapping[str, Any], key: str, ref: str, pattern: re.Pattern[str] | None) -> str:
     value = data.get(key)
-    if not isinstance(value, str) or (pattern is not None and not pattern.match(value)):
-        raise _probe_fail(ref, f"the probe reported {key} = {value!r}")
+    # fullmatch: `$` would let a trailing line break through (re docs), into a RUN line.
+    if not isinstance(value, str) or (pattern is not None and not pattern.fullmatch(value)):
+        raise _probe_fail(ref, f"the probe reported {key} = {_shown(value)}")
     return value
 
 
@@ -70,9 +81,58 @@ def _optional_version(data: Mapping[str, Any], key: str, ref: str) -> str | None
     value = data.get(key)
     if value in (None, ""):
         return None
-    if not isinstance(value, str) or not _CUDA_RE.match(value):
-        raise _probe_fail(ref, f"the probe reported {key} = {value!r}, not a version")
+    if not isinstance(value, str) or not _CUDA_RE.fullmatch(value):
+        raise _probe_fail(ref, f"the probe reported {key} = {_shown(value)}, not a version")
     return value
+
+
+def _os_name(data: Mapping[str, Any], ref: str) -> str:
+    """The probe's OS: "" (no /etc/os-release) or a name the request's grammar accepts."""
+    value = data.get("os") or ""
+    if not isinstance(value, str) or (value and not OS_NAME_RE.fullmatch(value)):
+        raise _probe_fail(ref, f"the probe reported os = {_shown(value)}, not an OS name")
+    return value
+
+
+def _archs(data: Mapping[str, Any], ref: str) -> list[str]:
+    """The compiled architectures: one that is not an arch name is dropped (a newer CUDA's
+    spelling); anything but letters, digits and `_` in one is refused."""
+    archs = data.get("archs") or []
+    if not isinstance(archs, list) or not all(
+        isinstance(a, str) and _ARCH_CHARS.fullmatch(a) for a in archs
+    ):
+        raise _probe_fail(ref, f"the probe reported archs = {_shown(archs)}")
+    return [a for a in archs if _ARCH_RE.fullmatch(a)]
+
+
+def _packages(data: Mapping[str, Any], ref: str) -> tuple[tuple[str, str], ...]:
+    """The installed distributions, each name and version checked by the request's grammar
+    (envbuild/core/values.py): they become uv's constraints and the image's PIP_CONSTRAINT,
+    one line each, so a line break or an option in one is refused, never written."""
+    packages = data.get("packages") or {}
+    if not isinstance(packages, dict):
+        raise _probe_fail(ref, "the probe reported no package list")
+    out = []
+    for name, version in packages.items():
+        if not version:
+            continue  # a distribution without a version: nothing to hold it to
+        fine = (
+            len(name) <= NAME_MAX
+            and PACKAGE_NAME_RE.fullmatch(name)
+            and isinstance(version, str)
+            and len(version) <= NAME_MAX
+            and VERSION_RE.fullmatch(version)
+        )
+        if not fine:
+            raise _probe_fail(
+                ref,
+                f"the probe reported the package {_shown(name)} at version {_shown(version)}, "
+                "not a PEP 508 name and a version",
+                hint="check what is installed in the base (`pip list` in it); envbuild writes "
+                "nothing from the probe that a request could not say",
+            )
+        out.append((str(canonicalize_name(name)), version))
+    return tuple(sorted(out))
 
 
 def parse_probe(stdout: str, *, ref: str, framework: str, image_id: str = "") -> BaseFacts:
@@ -90,15 +150,9 @@ def parse_probe(stdout: str, *, ref: str, framework: str, image_id: str = "") ->
     if data.get("error"):
         raise _probe_fail(ref, f"{framework} does not import there: {data['error']}")
     version = _text(data, "version", ref, None)
-    if try_version(version) is None:
-        raise _probe_fail(ref, f"{framework} reports version {version!r}, not PEP 440")
-    archs = data.get("archs") or []
-    if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
-        raise _probe_fail(ref, f"the probe reported archs = {archs!r}")
-    archs = [a for a in archs if _ARCH_RE.match(a)]
-    packages = data.get("packages") or {}
-    if not isinstance(packages, dict):
-        raise _probe_fail(ref, "the probe reported no package list")
+    if not VERSION_RE.fullmatch(version) or try_version(version) is None:
+        raise _probe_fail(ref, f"{framework} reports version {_shown(version)}, not PEP 440")
+    archs = _archs(data, ref)
     return BaseFacts(
         source=PROBE_SOURCE,
         framework=framework,
@@ -109,12 +163,10 @@ def parse_probe(stdout: str, *, ref: str, framework: str, image_id: str = "") ->
         archs=sort_archs(archs),
         python=_text(data, "python", ref, _PYTHON_RE),
         python_path=_text(data, "python_path", ref, _PATH_RE),
-        os=str(data.get("os") or ""),
+        os=_os_name(data, ref),
         image_id=image_id,
         has_pip=bool(data.get("has_pip")),
-        packages=tuple(
-            sorted((str(canonicalize_name(n)), str(v)) for n, v in packages.items() if v)
-        ),
+        packages=_packages(data, ref),
     )
 
 

@@ -60,17 +60,20 @@ def test_collect_keeps_code_and_drops_vcs_venvs_caches_data_and_secrets(tmp_path
         "src/x/__init__.py",
         "src/x/data/__init__.py",
     ]
-    assert source.rules[-2:] == ("notebooks", "!data/vocab.txt")
+    # The .dockerignore's, then the secrets (no `!` of the checkout's files re-includes one),
+    # then [project] ignore.
+    secrets = sourcetree.SECRETS
+    assert source.rules[-(len(secrets) + 2) :] == ("notebooks", *secrets, "!data/vocab.txt")
     assert [(e.path, e.why) for e in source.left_out] == [
         (".dockerignore", "envbuild's defaults: .dockerignore"),
-        (".git/", "envbuild's defaults: **/.git"),
+        (".git/", "a secret: **/.git"),
         (".venv/", "envbuild's defaults: **/.venv"),
         ("envbuild.lock", "the image folder's own files: envbuild.lock"),
         ("envbuild.toml", "the image folder's own files: envbuild.toml"),
         ("model.safetensors", "envbuild's defaults: **/*.safetensors"),
         ("notebooks/", ".dockerignore: notebooks"),
         ("src/x/__pycache__/", "envbuild's defaults: **/__pycache__"),
-        ("sub/.env", "envbuild's defaults: **/.env"),
+        ("sub/.env", "a secret: **/.env"),
     ]
 
 

@@ -46,6 +46,8 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     folder = tmp_path / "cache"
     monkeypatch.setenv("ENVBUILD_CACHE_DIR", str(folder))
     monkeypatch.delenv(headstart.DISABLE_ENV, raising=False)
+    # "uv" is this interpreter (SCRIPT): the head start runs only the uv the lock would use.
+    monkeypatch.setenv("ENVBUILD_UV", sys.executable)
     return folder
 
 

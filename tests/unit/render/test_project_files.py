@@ -71,7 +71,7 @@ def test_a_data_folder_with_code_is_copied_and_its_large_blobs_are_not(tmp_path:
         "train.py",
     ]
     assert [(e.path, e.why, e.size) for e in found.left_out] == [
-        (".git/", "envbuild's defaults: **/.git", None),
+        (".git/", "a secret: **/.git", None),
         (".venv/", "envbuild's defaults: **/.venv", None),
         ("__pycache__/", "envbuild's defaults: **/__pycache__", None),
         ("data/shakespeare/input.txt", "over 10 MiB", 11 << 20),
@@ -105,7 +105,7 @@ def test_the_users_own_rules_decide_last(tmp_path: Path) -> None:
     assert why["data/shakespeare/readme.md"] == "data/.gitignore: *.md"
     assert why[".dockerignore"] == "envbuild's defaults: .dockerignore"
     # A folder no `!` rule reaches is still skipped whole.
-    assert why[".git/"] == "envbuild's defaults: **/.git"
+    assert why[".git/"] == "a secret: **/.git"
     # git's `!` does not lift the size limit: it re-includes, it does not ask for a blob.
     write(project, {".gitignore": "*.txt\n!input.txt\n"})
     assert "data/shakespeare/input.txt" not in sourcetree.survey(project, []).kept

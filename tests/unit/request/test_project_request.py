@@ -147,14 +147,14 @@ def test_defaults_leave_the_canonical_request_unchanged() -> None:
         (
             '[smoke]\ncommand = ["python", "-c", "print(1)\\nprint(2)"]\n',
             "e/envbuild.toml: [smoke] command: 'print(1)\\nprint(2)' contains '\\n'",
-            "write the command on one line without control characters (quotes, '$' and "
-            "backslashes are fine: it runs without a shell)",
+            "write the command on one line without control, invisible or bidi characters "
+            "(quotes, '$' and backslashes are fine: it runs without a shell)",
         ),
         (
             '[project]\ncommand = "python\\ttrain.py"\n',
             "e/envbuild.toml: [project] command: 'python\\ttrain.py' contains '\\t'",
-            "write the command on one line without control characters (quotes, '$' and "
-            "backslashes are fine: it runs without a shell)",
+            "write the command on one line without control, invisible or bidi characters "
+            "(quotes, '$' and backslashes are fine: it runs without a shell)",
         ),
         (
             '[project]\npath = "~/code"\n',
