@@ -136,12 +136,10 @@ class FileStore:
         self.path = path or Path(codecache.user_cache_dir()) / FILE_NAME
 
     def _read(self) -> dict[str, Any]:
+        raw = codecache.read(os.fspath(self.path))
         try:
-            with open(self.path, "rb") as f:
-                if not codecache.own_file(f.fileno()):
-                    return {}
-                data = json.loads(f.read())
-        except (OSError, ValueError):
+            data = json.loads(raw) if raw is not None else {}
+        except (ValueError, RecursionError):
             return {}
         passes = data.get("passes") if isinstance(data, dict) else None
         return passes if isinstance(passes, dict) else {}
