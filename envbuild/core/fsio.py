@@ -49,8 +49,13 @@ _KINDS = {
 }
 
 
+def file_kind(mode: int) -> str:
+    """What a file of `mode` is, in words ("a FIFO", "a folder", ...)."""
+    return _KINDS.get(stat.S_IFMT(mode), "not a plain file")
+
+
 def _not_regular(path: str | os.PathLike[str], mode: int, what: str) -> UserError:
-    kind = _KINDS.get(stat.S_IFMT(mode), "not a plain file")
+    kind = file_kind(mode)
     return UserError(
         f"{what} {path} is not a regular file ({kind})",
         hint=f"give a regular file as {what}; envbuild reads nothing else",
