@@ -204,3 +204,48 @@ def test_an_index_that_trickles_is_unreachable_in_total_time(
         assert "did not arrive in time" in finishes(fetch)
     finally:
         server.close()
+
+
+# --- validate --hosts: linear in the hosts (the figures: benchmarks/RESULTS.md, section 2) -----
+
+
+def test_a_fleet_parses_each_gpu_name_and_the_arch_rules_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Work per host is the host's own: the matrix's arch rules are built once per fleet and
+    a GPU name is looked up once, not once per host (no timing here)."""
+    import json
+
+    from envbuild.cuda import archs
+    from envbuild.preflight import validate as pre
+
+    from_archs = archs.ArchRules.from_archs
+    counts = {"rules": 0, "names": 0}
+
+    def counting_rules(*args: Any, **kwargs: Any) -> Any:
+        counts["rules"] += 1
+        return from_archs(*args, **kwargs)
+
+    parse_gpu = pre.parse_gpu  # type: ignore[attr-defined]
+
+    def counting_parse(*args: Any, **kwargs: Any) -> Any:
+        counts["names"] += 1
+        return parse_gpu(*args, **kwargs)
+
+    lines = (Path(__file__).parents[1] / "fixtures/hosts/fleet-handwritten.jsonl").read_text()
+    docs = [json.loads(line) for line in lines.splitlines()]
+    hosts = tmp_path / "hosts.jsonl"
+    hosts.write_text(
+        "".join(
+            json.dumps({**docs[i % len(docs)], "name": f"node-{i}"}) + "\n" for i in range(2000)
+        )
+    )
+    monkeypatch.setattr(archs.ArchRules, "from_archs", staticmethod(counting_rules))
+    monkeypatch.setattr(pre, "parse_gpu", counting_parse)
+    image = copy_example(tmp_path, "torch-train")
+    out = run("validate", "--hosts", str(hosts), "--lock", str(image), "--json")
+    assert out.code in (0, 1), out.text
+    assert len(json.loads(out.out)["results"]) == 2000
+    assert counts["rules"] <= 2, counts  # the fleet's, and validate's own start
+    names = {g["name"] for d in docs for g in d.get("gpus", []) if "cc" not in g}
+    assert counts["names"] <= len(names), counts
