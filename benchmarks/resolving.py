@@ -138,6 +138,7 @@ def bench_resolve(repeat: int) -> Section:
                 "unsatisfiable (with explanations)",
             ),
             row("matrix load (first call in a process)", load_s, unit="s"),
+            *_fleet_validate_rows(),
         ],
         "notes": [
             f"Sweep: {len(matrix.releases)} releases ({', '.join(frameworks)}) x "
@@ -149,3 +150,53 @@ def bench_resolve(repeat: int) -> Section:
             "versions as given).",
         ],
     }
+
+
+FLEET_HOSTS = 100_000
+
+
+def _fleet_validate_rows() -> list[dict[str, object]]:
+    """`envbuild validate --hosts` (and `--k8s-job`) over FLEET_HOSTS recorded hosts, the
+    whole command: it must stay linear in the hosts (a scan per cell and a list count made
+    the Job manifest quadratic). The hosts cycle through the hand-written fleet fixture,
+    each under its own name."""
+    import json
+    import tempfile
+    from pathlib import Path
+
+    from benchmarks.common import ENVBUILD, ROOT, _run
+
+    lines = (ROOT / "tests/fixtures/hosts/fleet-handwritten.jsonl").read_text().splitlines()
+    with tempfile.TemporaryDirectory(prefix="envbuild-bench-") as tmp:
+        hosts = Path(tmp) / "hosts.jsonl"
+        with hosts.open("w") as f:
+            for i in range(FLEET_HOSTS):
+                doc = json.loads(lines[i % len(lines)])
+                f.write(json.dumps({**doc, "name": f"node-{i}"}) + "\n")
+        base = [
+            ENVBUILD,
+            "validate",
+            "--hosts",
+            str(hosts),
+            "--lock",
+            str(ROOT / "images/torch-train"),
+        ]
+        job = [*base, "--image", "registry.example/team/torch:1", "--k8s-job", f"{tmp}/job.yaml"]
+        out = []
+        for what, cmd in (("table", base), ("Kubernetes Jobs", job)):
+            t0 = time.perf_counter()
+            done = _run(cmd)
+            took = time.perf_counter() - t0
+            if done.returncode not in (0, 1):
+                raise RuntimeError(
+                    f"validate --hosts exited {done.returncode}: {done.stderr[-500:]}"
+                )
+            out.append(
+                row(
+                    f"validate --hosts: {FLEET_HOSTS} hosts, {what} (whole command)",
+                    took,
+                    unit="s",
+                    note=f"{took / FLEET_HOSTS * 1e6:.0f} us per host",
+                )
+            )
+    return out

@@ -389,5 +389,6 @@ def prepare(
         gpu=request.gpu,
         smoke_command=lock.smoke.command,
         target_gpus=tuple(lock.targets.gpus),
+        smoke_plan=dict(plan),
     )
     return job, make_judge(plan)

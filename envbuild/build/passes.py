@@ -8,6 +8,12 @@ NVIDIA driver and each GPU's UUID as NVML reports them (only for an engine on th
 a remote engine's GPUs are its own, and its address stands for them), how GPUs are attached,
 the smoke settings given on the command line, and envbuild's version (it judges the report).
 
+Each pass records the plan it passed under (`pass_plan`: tier, steps, the kill time, the
+checks, the GPU devices); a pass is reused only for a plan it `covers`, i.e. one no stricter
+(docs/reliability.md, "A recorded pass counts only for the plan it passed"): a pass under a
+630 s limit says nothing about `--smoke-timeout 1`. A pass recorded without a plan (an older
+envbuild) covers nothing.
+
 One JSON file in the user cache folder, written atomically; an unreadable file is empty.
 """
 
@@ -26,6 +32,51 @@ from envbuild.core import usercache as codecache
 FILE_NAME = "smoke-passes.json"
 MAX_ENTRIES = 500
 """Passes kept; the oldest go first."""
+
+
+def pass_plan(
+    smoke_plan: Mapping[str, Any],
+    *,
+    kill_after_s: int,
+    devices: Sequence[str],
+    command: Sequence[str],
+) -> dict[str, Any]:
+    """What a pass is a pass of: the plan's tier and steps, the seconds the container had
+    (`kill_after_s`), the GPU devices it had, and a digest of every other check (the rest of
+    the smoke plan and the project's own smoke command), which must match exactly."""
+    rest = {k: v for k, v in smoke_plan.items() if k not in ("tier", "steps", "timeout_s")}
+    checks = json.dumps([rest, list(command)], sort_keys=True, default=str)
+    return {
+        "tier": smoke_plan.get("tier"),
+        "steps": smoke_plan.get("steps"),
+        "timeout_s": int(kill_after_s),
+        "checks": hashlib.sha256(checks.encode()).hexdigest(),
+        "devices": sorted(map(str, devices)),
+    }
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def weaker(passed: Any, asked: Mapping[str, Any]) -> str | None:
+    """Why the plan a pass ran under (`passed`, as recorded) is less strict than `asked`, in
+    words; None when it covers it: a tier and steps at least as high, a limit no longer, the
+    same checks and devices."""
+    if not isinstance(passed, Mapping):
+        return "it was recorded without its plan"
+    for name, word in (("tier", "tier"), ("steps", "steps")):
+        had, want = _count(passed.get(name)), _count(asked.get(name))
+        if want is not None and (had is None or had < want):
+            return f"{word} {had} there, {want} asked"
+    had, want = _count(passed.get("timeout_s")), _count(asked.get("timeout_s"))
+    if had is None or want is None or had > want:
+        return f"a {had} s limit there, {want} s asked"
+    if passed.get("checks") != asked.get("checks"):
+        return "other checks there"
+    if passed.get("devices") != asked.get("devices"):
+        return f"GPU devices {passed.get('devices')} there, {asked.get('devices')} asked"
+    return None
 
 
 def _gpu_identity() -> list[str]:
@@ -85,12 +136,10 @@ class FileStore:
         self.path = path or Path(codecache.user_cache_dir()) / FILE_NAME
 
     def _read(self) -> dict[str, Any]:
+        raw = codecache.read(os.fspath(self.path))
         try:
-            with open(self.path, "rb") as f:
-                if not codecache.own_file(f.fileno()):
-                    return {}
-                data = json.loads(f.read())
-        except (OSError, ValueError):
+            data = json.loads(raw) if raw is not None else {}
+        except (ValueError, RecursionError):
             return {}
         passes = data.get("passes") if isinstance(data, dict) else None
         return passes if isinstance(passes, dict) else {}

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from envbuild.build.buildlog import compile_failure, pip_hash_mismatch_message
+from envbuild.build.passes import pass_plan, weaker
 from envbuild.engine.protocol import BuildResult, ContainerEngine, ProgressFn, RunResult, RunSpec
 from envbuild.core.errors import (
     BuildError,
@@ -81,6 +82,9 @@ class ImageJob:
     target_gpus: tuple[str, ...] = ()
     """The lock's [targets] gpus: what the memory fit is held against (all known: none)."""
     """The project's own smoke step (`[smoke] command`), run after the payload passed."""
+    smoke_plan: Mapping[str, Any] = field(default_factory=dict)
+    """The plan the judge holds (`envbuild.smoke.plan.plan`): its tier and steps are part of
+    what a recorded pass is a pass of (`envbuild.build.passes.pass_plan`)."""
     context_key: str = ""
     """sha256 of what the build reads (context, base image id, builder: `app.image`); a
     tagged image built from the same key that passed here is used as it is. "": never."""
@@ -332,7 +336,8 @@ def build_and_verify(
     """Build a candidate, smoke-test it in a container, and tag it only when the test passes
     (or when `passes` says this image id already passed here: then it is tagged as then;
     or, when nothing the build reads changed since the tag passed here, as it is)."""
-    unchanged = _unchanged(engine, job, passes)
+    asked = _plan_of(job)
+    unchanged = _unchanged(engine, job, passes, asked)
     if unchanged is not None:
         progress(
             f"{job.tag} is up to date: built from the same context and base image, and it "
@@ -343,7 +348,7 @@ def build_and_verify(
     attach = preflight(engine, job)
     built, build_s = _build(engine, job, progress)
     candidate = built.image_id
-    earlier = passes.find(candidate) if passes is not None else None
+    earlier = _earlier_pass(passes, candidate, asked, progress)
     if earlier is not None:
         progress(
             f"candidate {candidate} built in {build_s:.0f} s by {built.builder or engine.name}; "
@@ -380,6 +385,7 @@ def build_and_verify(
     payload_s = round(result.duration_s, 3)
     smoke_s = round(payload_s + (command["duration_s"] if command else 0.0), 3)
     entry = {"report_label": label, "summary": judgement.summary, "smoke_s": smoke_s}
+    entry["plan"] = asked
     stored = passes.record(candidate, {**entry, "image_id": image_id}) if passes else entry
     outcome = ImageOutcome(
         tag=job.tag,
@@ -451,14 +457,43 @@ def _smoke_spec(job: ImageJob, candidate: str, attach: Attachment | None) -> Run
     ).run_spec()
 
 
-def _unchanged(
-    engine: ContainerEngine, job: ImageJob, passes: PassStore | None
+def _earlier_pass(
+    passes: PassStore | None, candidate: str, asked: Mapping[str, Any], progress: ProgressFn
 ) -> Mapping[str, Any] | None:
-    """The recorded build of this context key when the tag still names its image."""
+    """The recorded pass of `candidate` when its plan covers the one `asked` for."""
+    earlier = passes.find(candidate) if passes is not None else None
+    why = weaker(earlier.get("plan"), asked) if earlier is not None else None
+    if earlier is not None and why is not None:
+        progress(
+            f"candidate {candidate} passed its smoke test here at {earlier.get('passed_at')} "
+            f"under a less strict plan ({why}): that pass does not count for this one"
+        )
+        return None
+    return earlier
+
+
+def _plan_of(job: ImageJob) -> dict[str, Any]:
+    """The plan this run asks a pass for (`envbuild.build.passes.pass_plan`)."""
+    devices = [job.gpu.want, *job.gpu.devices] if job.needs_gpu and not job.allow_cpu else []
+    return pass_plan(
+        job.smoke_plan,
+        kill_after_s=job.timeout_s,
+        devices=devices,
+        command=job.smoke_command,
+    )
+
+
+def _unchanged(
+    engine: ContainerEngine, job: ImageJob, passes: PassStore | None, asked: Mapping[str, Any]
+) -> Mapping[str, Any] | None:
+    """The recorded build of this context key when the tag still names its image and its
+    pass covers the plan asked for."""
     if passes is None or not job.context_key:
         return None
     done = passes.find_built(job.context_key)
     if done is None or not isinstance(done.get("report_label"), str):
+        return None
+    if weaker(done.get("plan"), asked) is not None:
         return None
     try:
         image_id, _ = engine.image_ids(job.tag, pull=False)
@@ -480,7 +515,7 @@ def _record_built(
             "report_label": outcome.report_label,
             "summary": outcome.summary,
             "builder": outcome.builder,
-            **{k: passed[k] for k in ("passed_at", "where", "smoke_s") if k in passed},
+            **{k: passed[k] for k in ("passed_at", "where", "smoke_s", "plan") if k in passed},
         },
     )
 

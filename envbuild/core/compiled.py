@@ -10,16 +10,28 @@ A cached value is used only when it cannot be stale:
 Anything else (a missing, stale or foreign file, a failed write) means "not cached": the
 caller rebuilds and the next write replaces the file (atomic rename); a truncated or corrupt
 file of the user's is removed on reading. The file
-is the user's own: one that another user owns or others can write is never loaded
-(unpickling runs code, https://docs.python.org/3/library/pickle.html).
+is the user's own: one that another user owns or others can write is never loaded.
+
+Nothing in the file can run code (docs/reliability.md, "Caches that cannot hurt"): the
+header is JSON, and the value is unpickled with its globals restricted to the classes the
+caller `allowed` (the matrix row types), as the pickle documentation's "Restricting Globals"
+shows (https://docs.python.org/3/library/pickle.html#restricting-globals): a planted
+`os.system` or `builtins.eval` is refused before it is called, and the file dropped. The
+file is read through `fsio.read_input` (no FIFO, at most MAX_BYTES), so the unpickler only
+ever sees bytes in memory, and only when they are the bytes written (a CRC-32 in the
+header: corruption is a miss, never a value of the wrong shape); the value must then be of
+the type the caller expects.
 """
 
 from __future__ import annotations
 
+import binascii
 import contextlib
 import io
+import json
 import os
 import sys
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 from envbuild.core import usercache
@@ -27,7 +39,10 @@ from envbuild.core import usercache
 if TYPE_CHECKING:
     from pathlib import Path
 
-_MAGIC = b"envbuild-compiled 1\n"
+_MAGIC = b"envbuild-compiled 2\n"
+"""Version 1 had a pickled header and an unrestricted body: never read again."""
+MAX_BYTES = 64 << 20
+"""The largest compiled file read (the shipped matrix compiles to about 220 kB)."""
 
 ModuleStamp = tuple[str, str, int, int]
 """(module name, file, size, mtime_ns)."""
@@ -69,47 +84,76 @@ def _fresh(stamps: list[ModuleStamp]) -> bool:
     return True
 
 
-def _unpickle() -> Any:
-    """`pickle.load` without importing pickle.py (its pure-Python pickler classes are a
-    visible part of a short command's time): the C accelerator it would use anyway."""
+def _unpickler() -> Any:
+    """The C unpickler class without importing pickle.py (its pure-Python classes are a
+    visible part of a short command's time)."""
     try:
         import _pickle
 
-        return _pickle.load
+        return _pickle.Unpickler
     except ImportError:  # not CPython
         import pickle
 
-        return pickle.load
+        return pickle.Unpickler
 
 
-def read(path: str | Path, key: str) -> Any | None:
+def _restricted_load(data: bytes, allowed: Collection[type]) -> Any:
+    """The value pickled in `data`, every global it names being one of `allowed` (classes);
+    anything else raises before it is looked up, let alone called."""
+    classes = {(cls.__module__, cls.__qualname__): cls for cls in allowed}
+    base = _unpickler()
+
+    class Restricted(base):  # type: ignore[misc, valid-type]
+        def find_class(self, module: str, name: str) -> Any:
+            found = classes.get((module, name))
+            if found is None:
+                raise ValueError(f"global {module}.{name} is not allowed in a compiled value")
+            return found
+
+    return Restricted(io.BytesIO(data)).load()
+
+
+def read(
+    path: str | Path, key: str, *, allowed: Collection[type] = (), kind: type = object
+) -> Any | None:
     """The value stored at `path` under `key`; None when absent, stale, corrupt (the file is
-    then removed) or not the user's own file. Never raises."""
-    try:
-        with open(path, "rb") as f:
-            if not usercache.own_file(f.fileno()):
-                return None
-            try:
-                return _load_fresh(f, key)
-            except Exception:  # corrupt (truncated, garbage, a class gone): dropped, no error
-                pass
-    except OSError:  # absent or unreadable: not cached
+    then removed), not the user's own file (`usercache.read`), naming a class outside
+    `allowed`, or not an instance of `kind`. Never raises."""
+    data = usercache.read(os.fspath(path), limit=MAX_BYTES)
+    if data is None:
         return None
+    try:
+        value = _load_fresh(data, key, allowed)
+        if value is None or isinstance(value, kind):
+            return value
+    except Exception:  # corrupt (truncated, garbage, a class not allowed): dropped, no error
+        pass
     with contextlib.suppress(OSError):
         os.unlink(path)
     return None
 
 
-def _load_fresh(f: Any, key: str) -> Any | None:
-    if f.read(len(_MAGIC)) != _MAGIC:
+def _load_fresh(data: bytes, key: str, allowed: Collection[type]) -> Any | None:
+    if not data.startswith(_MAGIC):
         return None
-    load = _unpickle()
-    header = load(f)
+    end = data.index(b"\n", len(_MAGIC))
+    header = json.loads(data[len(_MAGIC) : end])
     if not isinstance(header, dict) or header.get("key") != key:
         return None
-    if not _fresh(list(header.get("modules", ()))):
+    stamps = header.get("modules")
+    if not isinstance(stamps, list) or not _fresh([_stamp_of(s) for s in stamps]):
         return None
-    return load(f)
+    body = data[end + 1 :]
+    if header.get("crc32") != binascii.crc32(body):
+        raise ValueError("the body is not the one written (corrupt)")
+    return _restricted_load(body, allowed)
+
+
+def _stamp_of(item: Any) -> ModuleStamp:
+    module, path, size, mtime_ns = item  # a wrong shape raises: the file is corrupt
+    if not (isinstance(path, str) and isinstance(size, int) and isinstance(mtime_ns, int)):
+        raise ValueError("a module stamp of the wrong type")
+    return (str(module), path, size, mtime_ns)
 
 
 def write(path: str | Path, key: str, value: Any, *, made_by: tuple[str, ...] = ()) -> None:
@@ -135,5 +179,7 @@ def write(path: str | Path, key: str, value: Any, *, made_by: tuple[str, ...] = 
     except Exception:
         return
     stamps = [s for s in map(_stamp, sorted({*modules, *made_by})) if s is not None]
-    header = pickle.dumps({"key": key, "modules": stamps}, protocol=pickle.HIGHEST_PROTOCOL)
-    usercache.write_bytes(str(path), _MAGIC + header + body.getvalue())
+    data = body.getvalue()
+    header = {"key": key, "modules": stamps, "crc32": binascii.crc32(data)}
+    text = json.dumps(header, separators=(",", ":"))
+    usercache.write_bytes(str(path), _MAGIC + text.encode() + b"\n" + data)

@@ -100,6 +100,8 @@ _CONTROLS = re.compile(r"[\x00-\x08\x0e-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u
 def printable(text: str) -> str:
     """TEXT safe to print on a terminal: escape sequences removed, line breaks as spaces, other
     control characters as '?'. Tabs stay."""
+    if text.isascii() and text.isprintable():
+        return text  # no ESC, no control, no break: nothing to do (most host facts)
     text = _ESCAPES.sub("", text)
     text = _BREAKS.sub(" ", text)
     return _CONTROLS.sub("?", text)

@@ -39,6 +39,27 @@ def local_path(location: str) -> Path | None:
     return Path(location)
 
 
+def unreadable_kind(location: str) -> str | None:
+    """What a local location is when it exists but is neither a regular file nor a folder
+    ("a FIFO", "a character device", ...): uv, reading it, would wait for a writer for ever
+    or never reach its end. None for a file, a folder, a missing path or a URL."""
+    import os
+    import stat
+
+    from envbuild.core.fsio import file_kind
+
+    path = local_path(location)
+    if path is None:
+        return None
+    try:
+        mode = os.stat(path).st_mode  # through links: what uv would open
+    except OSError:
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    return file_kind(mode)
+
+
 def resolve_local(location: str, base: Path) -> str:
     """A remote URL as it is; a local location as an absolute path, relative ones from `base`."""
     path = local_path(location)

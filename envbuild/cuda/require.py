@@ -12,6 +12,7 @@ whole.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -87,7 +88,15 @@ def evaluate_require(expression: str, properties: Mapping[str, str | None]) -> R
 
     "cuda>=12.8 brand=tesla,driver>=470,driver<471" is true when the driver supports CUDA
     12.8, or when it is a Tesla-brand GPU on a 470 driver (the forward-compatibility clause).
+    Pure, so remembered: a fleet of 100 000 hosts has a few (driver, GPU) pairs
+    (`validate --hosts` stays linear and cheap per host, benchmarks/RESULTS.md).
     """
+    return _evaluate(expression, tuple(sorted(properties.items())))
+
+
+@functools.lru_cache(maxsize=4096)
+def _evaluate(expression: str, items: tuple[tuple[str, str | None], ...]) -> RequireResult:
+    properties = dict(items)
     failures: list[str] = []
     evaluated = 0
     for term in (t for t in expression.split(" ") if t.strip()):
@@ -131,6 +140,7 @@ def cuda_floor_of(expression: str) -> str | None:
     return m.group(1) if m else None
 
 
+@functools.lru_cache(maxsize=64)
 def short_form(expression: str) -> str:
     """The expression as people read it: the constraints other than `brand=` clauses in full,
     the clauses as a count with their driver branches."""

@@ -9,19 +9,21 @@ removed before `run` returns, also on errors and Ctrl-C.
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import re
 import tarfile
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import docker
 import docker.errors
 import requests.exceptions
+import urllib3.exceptions
 from docker.types import DeviceRequest
 
 from envbuild.core.errors import (
@@ -47,6 +49,12 @@ from envbuild.host.gpu_attach import (
 from envbuild.host.probe import probe_cdi, probe_toolkit
 
 LOG_TAIL_LINES = 25
+API_TIMEOUT_S = 120
+"""docker-py's read timeout of one API call. A smoke poll that outlasts it is asked again
+until the smoke's own deadline (`answered_by`): a slow engine is not a dead one."""
+LOGS_GRACE_S = 60
+"""After the smoke's deadline (or its end), how long a slow engine may take to hand over the
+container's output before the run is given up as the engine's failure (exit 4)."""
 _PUSHED_RE = re.compile(r"digest: (sha256:[0-9a-f]{64})")
 POLL_S = 0.25
 STEP_LINE_MAX = 160
@@ -206,6 +214,38 @@ class BuildStream:
         )
 
 
+T = TypeVar("T")
+
+
+def stalled(exc: BaseException) -> bool:
+    """The engine answered too slowly, as opposed to not at all: a connect or read timeout
+    (requests' `Timeout`), or one while reading the body, which requests raises as a
+    `ConnectionError` around urllib3's `ReadTimeoutError` (requests/models.py
+    `iter_content`). A refused or reset connection is not a stall."""
+    if isinstance(exc, requests.exceptions.Timeout):
+        return True
+    if isinstance(exc, requests.exceptions.ConnectionError):
+        inner = exc.args[0] if exc.args else None
+        return isinstance(inner, urllib3.exceptions.ReadTimeoutError)
+    return False
+
+
+def answered_by(
+    deadline: float, ask: Callable[[], T], *, clock: Callable[[], float] = time.monotonic
+) -> tuple[bool, T | None]:
+    """(True, ask()) once the engine answers; a question it answered too slowly (`stalled`)
+    is asked again while `clock()` is before `deadline`, then (False, None). Anything else,
+    a refused connection first, is raised as it is."""
+    while True:
+        try:
+            return True, ask()
+        except (requests.exceptions.RequestException, OSError) as exc:
+            if not stalled(exc):
+                raise
+        if clock() >= deadline:
+            return False, None
+
+
 class DockerEngine:
     """ContainerEngine over docker-py (classic builder; no BuildKit, no `RUN --mount`)."""
 
@@ -237,9 +277,11 @@ class DockerEngine:
         if self._client is None:
             try:
                 if self._base_url:
-                    self._client = docker.DockerClient(base_url=self._base_url, timeout=120)
+                    self._client = docker.DockerClient(
+                        base_url=self._base_url, timeout=API_TIMEOUT_S
+                    )
                 else:
-                    self._client = docker.from_env(timeout=120)
+                    self._client = docker.from_env(timeout=API_TIMEOUT_S)
             except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
                 raise self._daemon_error(exc) from None
         return self._client
@@ -336,22 +378,8 @@ class DockerEngine:
                 container.start()
             except docker.errors.APIError as exc:
                 raise _start_error(exc, gpu_attach=attached) from None
-            timed_out = False
-            exit_code: int | None = None
-            while True:
-                container.reload()
-                if container.status in ("exited", "dead"):
-                    exit_code = int(container.attrs["State"]["ExitCode"])
-                    break
-                if time.monotonic() - started >= spec.timeout_s:
-                    timed_out = True
-                    # It may exit between the check and the kill.
-                    with contextlib.suppress(docker.errors.APIError):
-                        container.kill()
-                    break
-                time.sleep(POLL_S)
-            stdout = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
-            stderr = container.logs(stdout=False, stderr=True).decode("utf-8", "replace")
+            exit_code, timed_out = _wait(container, started + spec.timeout_s)
+            stdout, stderr = _output(container, started + spec.timeout_s)
             return RunResult(
                 exit_code=None if timed_out else exit_code,
                 stdout=stdout,
@@ -359,10 +387,11 @@ class DockerEngine:
                 timed_out=timed_out,
                 duration_s=round(time.monotonic() - started, 3),
             )
-        except requests.exceptions.ConnectionError as exc:
-            raise self._daemon_error(exc) from None
-        except requests.exceptions.Timeout as exc:
-            # Seen on an overloaded machine: the engine took > 120 s to answer one poll.
+        except requests.exceptions.RequestException as exc:
+            if not stalled(exc):
+                raise self._daemon_error(exc) from None
+            # Past the smoke's deadline (polls are asked again until then: `_wait`), or while
+            # creating or starting the container.
             raise EngineError(
                 f"the engine stopped answering while the smoke container ran: {exc}",
                 hint="check the engine's load and log (`docker info`, `journalctl -u docker`), "
@@ -596,6 +625,41 @@ class DockerEngine:
 
     def has_nvidia_runtime(self) -> bool:
         return self.gpu_attach().ok
+
+
+def _wait(container: Any, deadline: float) -> tuple[int | None, bool]:
+    """(exit code, False) once the container exits; (None, True) at `deadline`, the container
+    killed. A poll the engine answers too slowly is asked again until then (`answered_by`):
+    under load one inspect took longer than docker-py's read timeout while the smoke had
+    minutes left, and the whole gate was given up (exit 4)."""
+    while True:
+        answered, _ = answered_by(deadline, container.reload)
+        if answered and container.status in ("exited", "dead"):
+            return int(container.attrs["State"]["ExitCode"]), False
+        if time.monotonic() >= deadline:
+            # It may exit between the check and the kill; a slow engine may not answer it
+            # (the container is removed with force below either way).
+            with contextlib.suppress(docker.errors.APIError, requests.exceptions.Timeout):
+                container.kill()
+            return None, True
+        time.sleep(POLL_S)
+
+
+def _output(container: Any, deadline: float) -> tuple[str, str]:
+    """The container's stdout and stderr; a slow engine has until LOGS_GRACE_S past the
+    smoke's deadline (or now, when later), then the run is the engine's failure."""
+    until = max(deadline, time.monotonic()) + LOGS_GRACE_S
+    out = []
+    for stdout in (True, False):
+        answered, data = answered_by(
+            until, functools.partial(container.logs, stdout=stdout, stderr=not stdout)
+        )
+        if not answered:
+            raise requests.exceptions.ReadTimeout(
+                f"no answer for the smoke container's output within {LOGS_GRACE_S} s of its end"
+            )
+        out.append(bytes(data or b"").decode("utf-8", "replace"))
+    return out[0], out[1]
 
 
 def _start_error(

@@ -8,8 +8,11 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import re
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
+
+from envbuild.core.httpbody import read_body, remaining
 
 _MANIFEST_TYPES = ", ".join(
     (
@@ -123,7 +126,16 @@ def verified_digest(ref: str, body: bytes, claimed: str) -> str:
     return computed
 
 
-def registry_digest(ref: str, *, timeout: float = 5.0, retries: int = 2) -> str | None:
+TOTAL_S = 30.0
+"""The whole lookup of one base image (token and manifest, every retry): past it `lock`
+goes on without the digest. `timeout` alone is per read, which a server sending a byte at a
+time never trips."""
+MAX_TOKEN_BYTES = 1 << 20
+
+
+def registry_digest(
+    ref: str, *, timeout: float = 5.0, retries: int = 2, total_s: float = TOTAL_S
+) -> str | None:
     """The manifest digest of `ref` from its registry (Registry HTTP API v2), verified by
     hashing the manifest bytes; None when no registry answers with it.
 
@@ -138,17 +150,21 @@ def registry_digest(ref: str, *, timeout: float = 5.0, retries: int = 2) -> str 
 
     schemes = ("https", "http") if is_loopback(registry) else ("https",)
     session = retrying_session(retries)
+    deadline = time.monotonic() + total_s
     for scheme in schemes:
         url = f"{scheme}://{registry}/v2/{repo}/manifests/{tag}"
         try:
-            resp = _get_manifest(session, url, repo, timeout)
+            answer = _get_manifest(session, url, repo, timeout, deadline)
         except requests.exceptions.SSLError:
             continue  # a plain-HTTP registry on this machine: try http
-        except (requests.RequestException, ValueError):
+        except (requests.RequestException, ValueError):  # BodyError too: too large or slow
             return None
-        if resp is None or resp.status_code != 200 or len(resp.content) > MAX_MANIFEST_BYTES:
+        if answer is None:
             return None
-        return verified_digest(ref, resp.content, resp.headers.get("Docker-Content-Digest", ""))
+        resp, body = answer
+        if resp.status_code != 200:
+            return None
+        return verified_digest(ref, body, resp.headers.get("Docker-Content-Digest", ""))
     return None
 
 
@@ -170,22 +186,34 @@ def lock_digest(
     return (lookup or registry_digest)(ref)
 
 
-def _get_manifest(session: Any, url: str, repo: str, timeout: float) -> Any:
-    """The manifest response, with an anonymous token when the registry asks for one; None
-    when it wants credentials envbuild does not have."""
+def _get(
+    session: Any, url: str, timeout: float, deadline: float, limit: int, **kwargs: Any
+) -> tuple[Any, bytes]:
+    """A GET and its body, bounded in size and in total time (`envbuild.core.httpbody`)."""
+    resp = session.get(url, timeout=remaining(deadline, timeout), stream=True, **kwargs)
+    return resp, read_body(resp, limit=limit, deadline=deadline, what=f"the answer of {url}")
+
+
+def _get_manifest(
+    session: Any, url: str, repo: str, timeout: float, deadline: float
+) -> tuple[Any, bytes] | None:
+    """The manifest response and body, with an anonymous token when the registry asks for
+    one; None when it wants credentials envbuild does not have."""
     headers = {"Accept": _MANIFEST_TYPES}
-    resp = session.get(url, headers=headers, timeout=timeout)
+    resp, body = _get(session, url, timeout, deadline, MAX_MANIFEST_BYTES, headers=headers)
     if resp.status_code != 401:
-        return resp
+        return resp, body
     challenge = resp.headers.get("WWW-Authenticate", "")
-    token = bearer_token(session, challenge, f"repository:{repo}:pull", timeout)
+    token = bearer_token(session, challenge, f"repository:{repo}:pull", timeout, deadline)
     if token is None:
         return None
     headers["Authorization"] = f"Bearer {token}"
-    return session.get(url, headers=headers, timeout=timeout)
+    return _get(session, url, timeout, deadline, MAX_MANIFEST_BYTES, headers=headers)
 
 
-def bearer_token(session: Any, challenge: str, scope: str, timeout: float) -> str | None:
+def bearer_token(
+    session: Any, challenge: str, scope: str, timeout: float, deadline: float | None = None
+) -> str | None:
     """An anonymous bearer token for `scope` from the realm a 401 answer's
     `WWW-Authenticate` challenge names (distribution spec, "Token authentication"); None when
     the registry asks for another scheme or its token endpoint gives none."""
@@ -194,7 +222,9 @@ def bearer_token(session: Any, challenge: str, scope: str, timeout: float) -> st
     if not realm or not challenge.lower().startswith("bearer"):
         return None
     params.setdefault("scope", scope)
-    return _token(session.get(realm, params=params, timeout=timeout).content)
+    end = deadline if deadline is not None else time.monotonic() + timeout
+    _resp, answer = _get(session, realm, timeout, end, MAX_TOKEN_BYTES, params=params)
+    return _token(answer)
 
 
 def _token(body: bytes) -> str | None:

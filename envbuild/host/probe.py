@@ -140,9 +140,14 @@ def _version_key(v: str) -> tuple[int, ...]:
 
 
 def _read_text(path: Path | str) -> str | None:
+    """A host file (a CDI spec, /etc/os-release, /proc/...) through the input reader: a FIFO
+    or device planted in /etc/cdi is skipped, never read (it would hang `doctor`, `image`
+    and `validate`), and so is one past the input cap. None: not there, not readable."""
+    from envbuild.core.fsio import read_input
+
     try:
-        return Path(path).read_text(encoding="utf-8", errors="replace")
-    except OSError:
+        return read_input(path, what="the host file").decode("utf-8", errors="replace")
+    except (OSError, UserError):
         return None
 
 

@@ -84,12 +84,10 @@ def inputs_stamp(image_dir: str | Path) -> str:
 
 def read_record(path: str) -> dict[str, Any] | None:
     """The kept commands, or None when absent, not the user's own, or not what this writes."""
+    raw = usercache.read(path)  # the user's own, no FIFO, bounded (fsio.read_input)
     try:
-        with open(path, "rb") as f:
-            if not usercache.own_file(f.fileno()):
-                return None
-            data = json.loads(f.read())
-    except (OSError, ValueError, RecursionError):
+        data = json.loads(raw) if raw is not None else {}
+    except (ValueError, RecursionError):
         return None
     ok = (
         isinstance(data, dict)

@@ -368,7 +368,7 @@ def source_of(url: str, req: PinRequest, *, index: str | None = None) -> str:
 
 
 def _hinted_find_links(
-    links: Sequence[str], work: Path, hashes: Mapping[str, tuple[list[int], str]]
+    links: Sequence[str], work: Path, hashes: Mapping[str, wheelhashes.Record]
 ) -> tuple[str, ...]:
     """`links` with each local folder of wheels whose hashes are known replaced by a links
     page naming the same files with their sha256 (`envbuild.lock.wheelhashes`: uv then does not

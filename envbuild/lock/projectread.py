@@ -14,6 +14,7 @@ from typing import Any
 from packaging.requirements import InvalidRequirement, Requirement
 
 from envbuild.core.errors import RequestError
+from envbuild.core.locations import unreadable_kind
 from envbuild.lock import pins as pydeps
 from envbuild.request.fields import MAX_REQUIREMENT
 from envbuild.request.sourcetree import request_file
@@ -98,6 +99,13 @@ def requirement(text: str, origin: str, *, quote: bool = True) -> Requirement:
             f"{origin}: {text!r} points at {req.url!r}: only http(s):// and file:// wheels can "
             "be locked with hashes",
             hint="depend on a released version instead, or on an https:// URL of a wheel",
+            fields={"origin": origin},
+        )
+    kind = unreadable_kind(req.url) if req.url is not None else None
+    if kind is not None:
+        raise RequestError(
+            f"{origin}: the file:// URL of {req.name} names {kind}, not a file",
+            hint="point it at a wheel file, or put the wheel in a find_links folder and pin it",
             fields={"origin": origin},
         )
     return req

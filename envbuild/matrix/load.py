@@ -127,6 +127,19 @@ def _folder_stamps(folder: str | Path) -> list[tuple[str, int, int, int, int]] |
     return sorted(out)
 
 
+def _row_types() -> tuple[type, ...]:
+    """The classes a compiled matrix may hold: those `envbuild.matrix.rows` defines (its
+    unpickling names no other global: `envbuild.core.compiled`)."""
+    import sys
+
+    module = Matrix.__module__
+    return tuple(
+        v
+        for v in vars(sys.modules[module]).values()
+        if isinstance(v, type) and v.__module__ == module
+    )
+
+
 def _load_compiled(built_in_dir: str, overlay: Path | None, folders: tuple[str, str]) -> Matrix:
     """The parsed matrix from the user cache (`envbuild.core.compiled`) when the files are the ones
     it was compiled from (name, size, mtime, ctime, inode), by this envbuild version, with the
@@ -144,7 +157,7 @@ def _load_compiled(built_in_dir: str, overlay: Path | None, folders: tuple[str, 
         # One file per built-in/overlay folder pair: an edit replaces it, adds none.
         where = binascii.crc32("\0".join(folders).encode())
         path = compiled.cache_file(f"matrix-{where:08x}.pickle")
-        cached = compiled.read(path, key)
+        cached = compiled.read(path, key, allowed=_row_types(), kind=Matrix)
         if isinstance(cached, Matrix):
             return cached
     from envbuild.matrix.parse import _problems_error, collect

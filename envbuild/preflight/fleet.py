@@ -5,6 +5,7 @@ Pure: every cell is `envbuild.preflight.validate.preflight` of one lock on one h
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -40,8 +41,14 @@ class FleetView:
         """Hosts whose GPUs cannot hold the smoke report's peak memory."""
         return [h for h in self.hosts if self.memory.get(h, {}).get("fits") is False]
 
+    @functools.cached_property
+    def _by_cell(self) -> dict[tuple[str, str], Preflight]:
+        # Looked up once per cell by `passing` and the tables: a scan each time made
+        # `validate --hosts ... --k8s-job` quadratic in the number of hosts.
+        return {(r.lock, r.host): r for r in self.results}
+
     def result(self, lock: str, host: str) -> Preflight:
-        return next(r for r in self.results if r.lock == lock and r.host == host)
+        return self._by_cell[(lock, host)]
 
     def passing(self, lock: str) -> list[str]:
         """The hosts `lock` runs on (with or without minor-version compatibility), in order."""
@@ -115,6 +122,8 @@ def fleet_view(
     `envbuild.preflight.validate.preflight`); with `peak` (a smoke report's), each host's
     memory fit too."""
     names = unique_host_names([h.name for h, _ in hosts])
+    if rules is None and matrix is not None:
+        rules = ArchRules.from_archs(matrix.archs)  # once, not per host
     results: list[Preflight] = []
     for label, lock in locks:
         for (host, facts), name in zip(hosts, names, strict=True):

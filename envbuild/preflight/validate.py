@@ -26,6 +26,7 @@ gives up; or does not run, with the one fix that would make it run.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -165,12 +166,20 @@ def host_checks(facts: Mapping[str, Any] | None) -> list[Check]:
 def driver_cuda(driver: str | None, matrix: Matrix | None) -> str | None:
     """The CUDA version (major.minor) a driver supports: the newest CUDA release whose toolkit
     driver floor it reaches (matrix/cuda.toml; NVML reports the same for a Linux driver)."""
+    if driver is None or matrix is None:
+        return None
+    # Remembered: `validate --hosts` asks for every host, and parsing was most of its time.
+    return _driver_cuda(driver, tuple((row.toolkit_driver, row.version) for row in matrix.cuda))
+
+
+@functools.lru_cache(maxsize=256)
+def _driver_cuda(driver: str, floors: tuple[tuple[str, str], ...]) -> str | None:
     have = try_version(driver)
-    if have is None or matrix is None:
+    if have is None:
         return None
     best: tuple[int, ...] | None = None
-    for row in matrix.cuda:
-        floor, release = try_version(row.toolkit_driver), try_version(row.version)
+    for floor_text, release_text in floors:
+        floor, release = try_version(floor_text), try_version(release_text)
         if floor is None or release is None or floor > have:
             continue
         mm = (*release.release, 0)[:2]
@@ -181,7 +190,8 @@ def driver_cuda(driver: str | None, matrix: Matrix | None) -> str | None:
 def gpu_cc_of(matrix: Matrix) -> Callable[[str], str]:
     """name -> compute capability through the matrix's GPU names (what `host_from_facts`
     needs for facts without `cc`); an unknown or ambiguous name is a UserError."""
-    return lambda name: parse_gpu(matrix, name).cc
+    # Remembered per name: a fleet names a few GPU models many times.
+    return functools.lru_cache(maxsize=None)(lambda name: parse_gpu(matrix, name).cc)
 
 
 def _floor(lock: Lock) -> tuple[str, bool]:

@@ -238,6 +238,17 @@ def read_requirement(path: str, table: str, key: str, text: str) -> Requirement:
             f"{text!r} points at {req.url!r}, which is not an http(s):// or file:// URL",
             "use an https:// or file:// URL to a wheel, or a plain name with a version range",
         )
+    from envbuild.core.locations import unreadable_kind  # pathlib: not for `resolve`
+
+    kind = unreadable_kind(req.url) if req.url is not None else None
+    if kind is not None:
+        raise fail(
+            path,
+            table,
+            key,
+            f"the file:// URL of {req.name} names {kind}, not a file",
+            "point it at a wheel file, or put the wheel in a find_links folder and pin it",
+        )
     if req.url is not None and without_credentials(req.url) != req.url:
         raise fail(
             path,

@@ -11,12 +11,14 @@ code sits above it runs for real.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import requests
+import urllib3
 from requests.adapters import HTTPAdapter
 
 import envbuild.engine.registry
@@ -37,7 +39,10 @@ def _answer(
 ) -> requests.Response:
     resp = requests.Response()
     resp.status_code = status
-    resp._content = b"" if req.method == "HEAD" else body
+    data = b"" if req.method == "HEAD" else body
+    resp._content = data
+    # What a streamed answer reads (envbuild.core.httpbody): urllib3's own response object.
+    resp.raw = urllib3.HTTPResponse(body=io.BytesIO(data), preload_content=False, status=status)
     resp.headers.update({k.replace("_", "-"): v for k, v in headers.items()})
     resp.url = req.url or ""
     resp.request = req

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from envbuild import __version__
 from envbuild.core.errors import SourceUnreachableError
 from envbuild.core.fsio import write_atomic
+from envbuild.core.httpbody import BodyError, read_body
 from envbuild.matrix.refresh import (
     TOOLKIT_PROJECT,
     Channel,
@@ -59,6 +60,11 @@ INDEX_TTL_S = 3600
 """Index pages change when a release is uploaded; an hour keeps reruns cheap and fresh enough."""
 TIMEOUT = (10.0, 60.0)
 """(connect, read) seconds for every request."""
+TOTAL_S = 300.0
+"""The most one answer may take, body included: `TIMEOUT` is per read, which a server sending
+a byte at a time never trips."""
+MAX_BODY_BYTES = 64 << 20
+"""The largest answer read (torch's PEP 691 page is a few MB; a range read is 64 KiB)."""
 MAX_TAG_PAGES = 50
 """Docker Hub pages of 100 tags; nvidia/cuda has a few thousand tags."""
 
@@ -166,7 +172,7 @@ class Fetcher:
         import requests
 
         try:
-            resp = self.session.get(url, headers=dict(headers), timeout=self.timeout)
+            resp = self.session.get(url, headers=dict(headers), timeout=self.timeout, stream=True)
         except requests.RequestException as exc:
             raise SourceUnreachableError(
                 f"cannot reach {what}: {type(exc).__name__}",
@@ -175,6 +181,7 @@ class Fetcher:
                 fields={"url": url},
             ) from None
         if resp.status_code >= 400:
+            resp.close()
             raise SourceUnreachableError(
                 f"{what} answered HTTP {resp.status_code}",
                 hint="rerun later; if it persists the index layout may have changed",
@@ -203,15 +210,32 @@ class Fetcher:
         headers = {"Accept": accept} if accept else {}
         resp = self._get(url, headers, what=what or url)
         if accept and accept not in resp.headers.get("Content-Type", ""):
+            resp.close()
             raise SourceUnreachableError(
                 f"{what or url} did not answer in {accept}",
                 hint="the index does not speak this API; point refresh at pypi.org",
                 fields={"url": url, "content_type": resp.headers.get("Content-Type", "")},
             )
+        body = self._body(resp, url, what or url)
         if check is not None:
-            check(resp.content)
-        self._cache_put(key, resp.content)
-        return Response(url, resp.content)
+            check(body)
+        self._cache_put(key, body)
+        return Response(url, body)
+
+    def _body(self, resp: requests.Response, url: str, what: str) -> bytes:
+        """The answer's body, bounded in size and total time (`envbuild.core.httpbody`)."""
+        import requests
+
+        started = time.monotonic()
+        try:
+            return read_body(resp, limit=MAX_BODY_BYTES, deadline=started + TOTAL_S, what=what)
+        except (BodyError, requests.RequestException) as exc:
+            raise SourceUnreachableError(
+                f"cannot read {what}: {exc}",
+                hint="check the network or proxy (HTTPS_PROXY) and rerun; "
+                "`--source` limits the refresh to the sources that work",
+                fields={"url": url},
+            ) from None
 
     def get_range(self, url: str, start: int, length: int | None = None) -> tuple[bytes, int]:
         """Bytes of an immutable file by HTTP range: `start < 0` = the last -start bytes.
@@ -234,12 +258,13 @@ class Fetcher:
         content_range = resp.headers.get("Content-Range", "")
         total_text = content_range.rpartition("/")[2]
         if not total_text.isdigit():
+            resp.close()
             raise SourceUnreachableError(
                 f"{url} sent no usable Content-Range ({content_range!r})",
                 hint="use an index that serves PEP 658 .metadata files",
                 fields={"url": url},
             )
-        body = resp.content
+        body = self._body(resp, url, url)
         self._cache_put(key, struct.pack("<Q", int(total_text)) + body)
         return body, int(total_text)
 

@@ -159,7 +159,7 @@ def test_a_corrupt_file_is_removed(tmp_path: Path) -> None:
 def test_a_cached_value_that_is_not_a_matrix_is_a_miss(
     parses: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(compiled, "read", lambda path, key: ["not a Matrix"])
+    monkeypatch.setattr(compiled, "read", lambda path, key, **_: ["not a Matrix"])
     assert _h200(_load()) == 753.0
     assert len(parses) == 1
 
@@ -182,11 +182,12 @@ def test_a_changed_row_type_module_is_never_filled_from_old_data(
 
     target = tmp_path / "value.pickle"
     compiled.write(target, "k", [rowtype_mod.Row(1)])
-    assert compiled.read(target, "k") is not None
-    assert [row.x for row in compiled.read(target, "k") or ()] == [1]
-    assert compiled.read(target, "other key") is None
+    rows = (rowtype_mod.Row,)
+    assert compiled.read(target, "k", allowed=rows) is not None
+    assert [row.x for row in compiled.read(target, "k", allowed=rows) or ()] == [1]
+    assert compiled.read(target, "other key", allowed=rows) is None
     source.write_text(source.read_text() + "    y = 2\n")  # a new field: another size
-    assert compiled.read(target, "k") is None
+    assert compiled.read(target, "k", allowed=rows) is None
     sys.modules.pop("rowtype_mod", None)
 
 

@@ -4,6 +4,7 @@ changed is a miss."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -15,7 +16,8 @@ from envbuild.lock import wheelhashes
 from envbuild.lock.pins import PinRequest, RunResult
 
 WHEEL = "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"
-DIGEST = "ab" * 32
+BYTES = b"wheel bytes"
+DIGEST = hashlib.sha256(BYTES).hexdigest()  # what uv reports: the file's own hash
 
 
 class RecordingUv:
@@ -44,7 +46,7 @@ def house(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("ENVBUILD_CACHE_DIR", str(tmp_path / "cache"))
     folder = tmp_path / "wheels"
     folder.mkdir()
-    (folder / WHEEL).write_bytes(b"wheel bytes")
+    (folder / WHEEL).write_bytes(BYTES)
     return folder
 
 

@@ -22,10 +22,21 @@ WHEEL_NAME = "cuda_toolkit-12.8.1-py2.py3-none-any.whl"
 WHEEL_URL = f"https://files.pythonhosted.org/packages/xx/{WHEEL_NAME}"
 
 
+class FakeRaw:
+    """urllib3's HTTPResponse as `envbuild.core.httpbody.read_body` reads it."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = io.BytesIO(body)
+
+    def read1(self, amt: int, decode_content: bool = True) -> bytes:
+        return self.body.read1(amt)
+
+
 class FakeResponse:
     def __init__(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
         self.status_code = status
         self.content = body
+        self.raw = FakeRaw(body)
         self.headers = headers or {}
 
     def close(self) -> None:
@@ -49,8 +60,11 @@ class FakeSession:
         self.down = down
         self.calls: list[tuple[str, str]] = []
 
-    def get(self, url: str, headers: dict[str, str], timeout: Any) -> FakeResponse:
+    def get(
+        self, url: str, headers: dict[str, str], timeout: Any, stream: bool = False
+    ) -> FakeResponse:
         assert timeout == pypi.TIMEOUT
+        assert stream, "every body is read through envbuild.core.httpbody"
         self.calls.append((url, headers.get("Range", "")))
         if any(url.startswith(d) for d in self.down):
             raise requests.ConnectionError(f"cannot resolve {url}")
