@@ -25,8 +25,6 @@ from envbuild.core import fsio
 from envbuild.core.errors import AttestationMissing, UserError
 from envbuild.core.models import Lock
 from envbuild.core.values import parse_image_ref
-from envbuild.engine import oci
-from envbuild.engine import oci_registry as ocireg
 from envbuild.engine.registry import split_ref
 from envbuild.lock import format as lockfmt
 from envbuild.lock import sbom as sbommod
@@ -125,6 +123,9 @@ def attach(evidence: Evidence, ref: str, digest: str) -> list[str]:
     """The evidence pushed as OCI artifacts referring to the pushed manifest `digest` of `ref`
     (docs/evidence.md, "Registry layout"): the smoke attestation and the SBOM attestation
     (DSSE, also in cosign's `.att`), and the SBOM itself; the artifacts' digests."""
+    from envbuild.engine import oci
+    from envbuild.engine import oci_registry as ocireg
+
     registry, repo, _tag = split_ref(ref)
     client = ocireg.RegistryClient(registry, repo)
     done = [
@@ -145,6 +146,9 @@ def attach(evidence: Evidence, ref: str, digest: str) -> list[str]:
 def registry_envelopes(ref: str) -> tuple[str, list[tuple[str, bytes]]]:
     """(digest, [(where, envelope)]) of `REGISTRY/REPO@sha256:...`: every DSSE envelope the
     registry lists as a referrer of the digest (referrers API, fallback tag, cosign's .att)."""
+    from envbuild.engine import oci
+    from envbuild.engine import oci_registry as ocireg
+
     parsed = parse_image_ref(ref)
     if parsed is None or parsed.digest is None:
         raise UserError(

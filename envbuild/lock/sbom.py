@@ -18,15 +18,17 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterable
-
-from cyclonedx.model import HashAlgorithm, HashType, Property
-from cyclonedx.model.bom import Bom
-from cyclonedx.model.component import Component, ComponentType
-from cyclonedx.output.json import JsonV1Dot6
-from packageurl import PackageURL
+from typing import TYPE_CHECKING
 
 from envbuild import __version__
 from envbuild.core.models import Lock, LockedPackage
+
+if TYPE_CHECKING:
+    from cyclonedx.model import HashType
+    from cyclonedx.model.component import Component
+
+# cyclonedx is imported where an SBOM is made (~60 ms): verifying an attestation needs only the
+# constants here.
 
 MEDIA_TYPE = "application/vnd.cyclonedx+json"
 """The SBOM's media type (CycloneDX: cyclonedx.org/specification/overview, "Media Types")."""
@@ -42,6 +44,9 @@ _NAMESPACE = uuid.UUID("6f1b3e0c-4a55-5b8e-9d7a-2f0e6c1d9a11")
 
 def sbom(lock: Lock, lock_sha256: str) -> bytes:
     """The CycloneDX 1.6 JSON of `lock` (whose text has sha256 `lock_sha256`), sorted keys."""
+    from cyclonedx.model.bom import Bom
+    from cyclonedx.output.json import JsonV1Dot6
+
     bom = Bom(serial_number=uuid.uuid5(_NAMESPACE, lock_sha256))
     image = bom.metadata.component = _image(lock, lock_sha256)
     parts = [*_stack_components(lock), *_packages(lock.packages)]
@@ -56,6 +61,9 @@ def sbom(lock: Lock, lock_sha256: str) -> bytes:
 
 def _image(lock: Lock, lock_sha256: str) -> Component:
     """The image the lock builds: the SBOM's subject, with the GPU facts as properties."""
+    from cyclonedx.model import Property
+    from cyclonedx.model.component import Component, ComponentType
+
     stack = lock.stack
     props: dict[str, str | None] = {
         "envbuild:lock_sha256": lock_sha256,
@@ -85,6 +93,10 @@ def _image(lock: Lock, lock_sha256: str) -> Component:
 
 def _stack_components(lock: Lock) -> Iterable[Component]:
     """The base image, and CUDA, cuDNN and NCCL as the stack names them."""
+    from cyclonedx.model import Property
+    from cyclonedx.model.component import Component, ComponentType
+    from packageurl import PackageURL
+
     stack = lock.stack
     base = stack.base_image
     name, _, tag = (
@@ -121,6 +133,10 @@ def _stack_components(lock: Lock) -> Iterable[Component]:
 
 
 def _packages(packages: Iterable[LockedPackage]) -> Iterable[Component]:
+    from cyclonedx.model import Property
+    from cyclonedx.model.component import Component, ComponentType
+    from packageurl import PackageURL
+
     for pkg in sorted(packages, key=lambda p: p.name):
         props = [Property(name="envbuild:source", value=pkg.source)]
         if pkg.sdist:
@@ -143,6 +159,8 @@ def _packages(packages: Iterable[LockedPackage]) -> Iterable[Component]:
 
 
 def _hashes(hashes: Iterable[str]) -> list[HashType]:
+    from cyclonedx.model import HashAlgorithm, HashType
+
     out = []
     for h in hashes:
         alg, _, content = h.partition(":")
