@@ -112,10 +112,9 @@ def write(evidence: Evidence, stem: Path) -> dict[str, str]:
         kept = fsio.read_input(bundle, what="evidence bundle", limit=MAX_BUNDLE_BYTES)
         if kept and not kept.endswith(b"\n"):
             kept += b"\n"
-    fsio.write_atomic(
-        bundle, kept + evidence.attestation + b"\n" + evidence.sbom_attestation + b"\n"
-    )
-    fsio.write_atomic(sbom_path, evidence.sbom)
+    body = kept + evidence.attestation + b"\n" + evidence.sbom_attestation + b"\n"
+    fsio.write_output(bundle, body, what="the attestation bundle")
+    fsio.write_output(sbom_path, evidence.sbom, what="the SBOM")
     return {"bundle": str(bundle), "sbom": str(sbom_path)}
 
 

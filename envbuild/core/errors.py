@@ -25,7 +25,22 @@ def redact(text: str) -> str:
     return _USERINFO.sub(r"\1***@", text)
 
 
+_LONG_QUOTED = re.compile(r"'[^']{120,}'")
+
+
+def shorten(text: str) -> str:
+    """A long quoted value ('...', 120 characters or more) named by its start and length, not
+    echoed whole: a 100 kB value in a request stays a one-line message (tests/reliability)."""
+    return _LONG_QUOTED.sub(
+        lambda m: f"{m.group()[:60]}...' ({len(m.group()) - 2} characters)", text
+    )
+
+
 def _bounded(text: str) -> str:
+    if len(text) <= MAX_MESSAGE:
+        return text
+    # Quoted values first (they keep the message readable), then the cut of what remains.
+    text = shorten(text)
     if len(text) <= MAX_MESSAGE:
         return text
     return f"{text[: MAX_MESSAGE - 200]}... (cut: {len(text)} characters in all)"

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from envbuild.core.errors import RequestError, UserError
+from envbuild.core.errors import RequestError, UserError, shorten
 from envbuild.core.values import CONTROL_CHARS, check_url
 
 if TYPE_CHECKING:
@@ -23,7 +23,6 @@ if TYPE_CHECKING:
 # Quotes, backslashes, backticks, '$' and control characters break Dockerfile/shell quoting;
 # the control, line-breaking, invisible and bidi characters: core/values.py CONTROL_CHARS.
 _BAD_CHARS = re.compile("[" + CONTROL_CHARS + r"\"'`\\$" + "]")
-_LONG_QUOTED = re.compile(r"'[^']{120,}'")
 _PLAIN_KEY = re.compile(r"^[A-Za-z0-9_.-]+$")
 _URL_SCHEMES = ("https://", "http://", "file://")
 
@@ -32,13 +31,6 @@ def where(path: str, table: str, key: str | None = None) -> str:
     # An unknown key can be any string: quote it unless it is a plain TOML bare key.
     shown = key if key is None or _PLAIN_KEY.match(key) else repr(key)
     return f"{path}: [{table}]" + (f" {shown}" if key else "")
-
-
-def shorten(problem: str) -> str:
-    """A 100 kB value is named by its start and length, not echoed whole (tests/reliability)."""
-    return _LONG_QUOTED.sub(
-        lambda m: f"{m.group()[:60]}...' ({len(m.group()) - 2} characters)", problem
-    )
 
 
 def fail(path: str, table: str, key: str | None, problem: str, instead: str) -> RequestError:
