@@ -13,6 +13,9 @@
 #   5. BuildKit (docker buildx, cache mounts, --cache-to inline) on the pinned lock,
 #      --push REF                                   -> exit 0, the registry holds the digest
 #      the JSON reports
+#   5b. Slurm (tests/slurm/up.sh: munged, slurmctld, slurmd on 127.0.0.1): `envbuild fleet
+#      slurm` writes the sbatch script, sbatch runs the pushed image's smoke on the node
+#      through Docker by digest, `envbuild fleet results` reads the verdict back -> passed
 #   6. Podman through its Docker-compatible API (`podman system service`) on a copy of
 #      images/torch-cpu (1 GB; torch CPU from E2E_WHEELS=/opt/wheels) locked pinned to the
 #      local registry's base as in step 4   -> exit 0, tagged in Podman with the labels
@@ -24,8 +27,8 @@
 #   7c. a pure-Python sdist-only package built in a plain builder stage (no compiler)
 #   8. images/torch-ext: a CUDA extension compiled for the lock's GPUs (about 7 min on 2 cores from a clean clone)
 # `bash tests/e2e.sh prepare` only starts the engine and makes the base image (.ci/run uses it
-# so the engine-marked tests of `make check` run too). E2E_PODMAN=0, E2E_PROJECT=0 and
-# E2E_TORCH_EXT=0 skip steps 6, 7 and 8; E2E_REGISTRY_PORT (5955) is the registry's port when
+# so the engine-marked tests of `make check` run too). E2E_SLURM=0, E2E_PODMAN=0, E2E_PROJECT=0
+# and E2E_TORCH_EXT=0 skip steps 5b, 6, 7 and 8; E2E_REGISTRY_PORT (5955) is the registry's port when
 # free. One run at a time per machine (flock): see below.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -91,8 +94,10 @@ ensure_base() {
 
 # Background services this script starts (registry, Podman's API) stop with it, by their ids.
 PIDS=()
+SLURM_UP=  # the folder of a Slurm cluster tests/slurm/up.sh started, until down.sh stops it
 cleanup() {
     local pid
+    [ -z "$SLURM_UP" ] || bash tests/slurm/down.sh "$SLURM_UP"
     for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
     for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
 }
@@ -295,6 +300,28 @@ echo "pushed: $REG/envbuild-e2e/torch-slim@$PUSHED (recomputed from the registry
 # What a new host does with it (docs/ci.md): pull by digest; the fleet view needs no GPU.
 run docker pull "$REG/envbuild-e2e/torch-slim@$PUSHED"
 run "$ENVBUILD" validate --hosts tests/fixtures/hosts/h200-healthy.json --lock "$PINNED"
+if [ "${E2E_SLURM:-1}" = 1 ]; then
+    say "5b. Slurm (slurm-wlm + munge on 127.0.0.1): the pushed image's smoke on every node, read back"
+    # tests/slurm/up.sh starts munged, slurmctld and slurmd (one node, e2e-node1, whose engine
+    # is this Docker); the generated script runs the payload through it by digest and leaves
+    # one verdict per node in the run folder; sbatch --wait returns the job's exit code.
+    command -v slurmctld >/dev/null && command -v munged >/dev/null || apt_install slurm-wlm munge
+    SLURM_DIR=$WORK/slurm
+    rm -rf "$SLURM_DIR" && mkdir -p "$SLURM_DIR/shared"
+    run bash tests/slurm/up.sh "$SLURM_DIR/cluster" >"$SLURM_DIR/env"
+    SLURM_UP=$SLURM_DIR/cluster
+    eval "$(cat "$SLURM_DIR/env")"
+    run "$ENVBUILD" fleet slurm --lock "$PINNED" --image "$REG/envbuild-e2e/torch-slim@$PUSHED" \
+        --allow-cpu --partition e2e --shared "$SLURM_DIR/shared" -o "$SLURM_DIR/smoke.sbatch" --json >"$SLURM_DIR/script.json"
+    JOB=$(cd "$SLURM_DIR" && run sbatch --wait --parsable smoke.sbatch) || fail "the Slurm job failed: $(cat "$SLURM_DIR"/shared/*.out)"
+    RUN_NAME=$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["run_name"])' "$SLURM_DIR/script.json")
+    run "$ENVBUILD" fleet results --slurm "$SLURM_DIR/shared/$RUN_NAME-$JOB" --junit "$SLURM_DIR/fleet.xml" --json >"$SLURM_DIR/results.json"
+    check_json "$SLURM_DIR/results.json" ok=True source=slurm counts.passed=1 classes.cpu.passed=1
+    grep -q 'testcase classname="envbuild.fleet.*" name="e2e-node1"' "$SLURM_DIR/fleet.xml" || fail "no JUnit testcase for e2e-node1"
+    run bash tests/slurm/down.sh "$SLURM_UP"
+    SLURM_UP=
+    lap
+fi
 # The push and the pull left registry-named references on local images: only names, so
 # --no-prune keeps the images (each also has an envbuild-e2e/* tag, the next run's cache).
 # (The digest first: removing a repository's last tag drops its digest references too.)
@@ -479,4 +506,4 @@ EOF
     lap
 fi
 
-say "e2e passed: classic and BuildKit builds tagged with envbuild.lock.sha256 and envbuild.smoke.report; $REG/envbuild-e2e/torch-slim@$PUSHED pushed after its pass; optional steps run: Podman=$E2E_PODMAN project=${E2E_PROJECT:-1} torch-ext=${E2E_TORCH_EXT:-1}"
+say "e2e passed: classic and BuildKit builds tagged with envbuild.lock.sha256 and envbuild.smoke.report; $REG/envbuild-e2e/torch-slim@$PUSHED pushed after its pass; optional steps run: Slurm=${E2E_SLURM:-1} Podman=$E2E_PODMAN project=${E2E_PROJECT:-1} torch-ext=${E2E_TORCH_EXT:-1}"

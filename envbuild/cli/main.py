@@ -47,6 +47,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Check that an image or lock runs on this host or fleet.",
     ),
     "matrix": ("envbuild.cli.commands.matrix", "Check or refresh the compatibility matrix."),
+    "fleet": (
+        "envbuild.cli.commands.fleet",
+        "Smoke-test an image on a Slurm or Kubernetes fleet; read the verdicts back.",
+    ),
 }
 
 EXIT_INTERNAL = 70  # EX_SOFTWARE: a bug in envbuild, not in the user's input
