@@ -283,3 +283,249 @@ def parse_sacct(text: str) -> dict[str, tuple[str, str]]:
         if nodes and "[" not in nodes and "," not in nodes:
             out[nodes] = (state, code)
     return out
+
+
+# --- Kubernetes ----------------------------------------------------------------------------------
+
+
+def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    return (obj.get("metadata") or {}).get("labels") or {}
+
+
+def _annotations(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    return (obj.get("metadata") or {}).get("annotations") or {}
+
+
+def _job_of(pod: Mapping[str, Any]) -> str:
+    labels = _labels(pod)
+    job = labels.get("batch.kubernetes.io/job-name") or labels.get("job-name")
+    if job:
+        return str(job)
+    owners = (pod.get("metadata") or {}).get("ownerReferences") or []
+    return next((str(o.get("name")) for o in owners if o.get("kind") == "Job"), "")
+
+
+def matches(expr: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """One node-selector requirement against a node's labels (In, NotIn, Exists,
+    DoesNotExist, Gt, Lt: the operators of core/v1 NodeSelectorRequirement)."""
+    key, op = str(expr.get("key")), str(expr.get("operator"))
+    values = [str(v) for v in expr.get("values") or []]
+    have = labels.get(key)
+    if op == "Exists":
+        return have is not None
+    if op == "DoesNotExist":
+        return have is None
+    if op == "NotIn":
+        return have is None or have not in values
+    if have is None:
+        return False
+    if op == "In":
+        return have in values
+    try:
+        number, bound = int(have), int(values[0])
+    except (ValueError, IndexError):
+        return False
+    return number > bound if op == "Gt" else number < bound if op == "Lt" else False
+
+
+def _expr_text(expr: Mapping[str, Any]) -> str:
+    values = ",".join(str(v) for v in expr.get("values") or [])
+    op = {"In": "=", "NotIn": "!=", "Gt": ">", "Lt": "<"}.get(str(expr.get("operator")), "")
+    return f"{expr.get('key')}{op}{values}" if op else f"{expr.get('key')} {expr.get('operator')}"
+
+
+def excluded_by(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
+    """(the requirement no node met, how the nodes thinned out) for an unschedulable pod: the
+    requirements every selector term shares are applied one by one, then the terms' own
+    (the driver floor's alternatives) together; ("", "") when some node meets them all."""
+    affinity = ((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}
+    required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    terms = [t.get("matchExpressions") or [] for t in required.get("nodeSelectorTerms") or []]
+    if not terms:
+        return "", ""
+    shared = [e for e in terms[0] if all(e in t for t in terms[1:])]
+    rest = [[e for e in t if e not in shared] for t in terms]
+    left = [_labels(n) for n in nodes]
+    steps = [f"{len(left)} nodes"]
+    for expr in shared:
+        left = [labels for labels in left if matches(expr, labels)]
+        steps.append(f"{len(left)} with {_expr_text(expr)}")
+        if not left:
+            return str(expr.get("key")), ", ".join(steps)
+    if any(rest):
+        left = [lab for lab in left if any(all(matches(e, lab) for e in t) for t in rest)]
+        keys = sorted({str(e.get("key")).rsplit(".", 1)[0] for t in rest for e in t})
+        steps.append(f"{len(left)} with {' | '.join(keys)} high enough")
+        if not left:
+            return keys[0], ", ".join(steps)
+    return "", ", ".join(steps)
+
+
+def _scheduling(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return next(
+        (c for c in conditions if c.get("type") == "PodScheduled" and c.get("status") == "False"),
+        None,
+    )
+
+
+def _unscheduled(
+    pod: Mapping[str, Any], cls: str, requires: str, nodes: Sequence[Mapping[str, Any]] | None
+) -> NodeResult:
+    name = str((pod.get("metadata") or {}).get("name") or "")
+    cond = _scheduling(pod) or {}
+    message = str(cond.get("message") or "")
+    check = "node-affinity"
+    if f"Insufficient {'nvidia.com/gpu'}" in message:
+        check = "nvidia.com/gpu"
+    fix = (
+        f"no node has what the lock needs ({requires}): upgrade the drivers, label the nodes "
+        "with GPU Feature Discovery (the GPU Operator deploys it), or re-lock for the GPUs and "
+        "driver the fleet has"
+    )
+    if check == "nvidia.com/gpu":
+        fix = "the matching nodes have no free GPUs: drain them, or ask for fewer --gpus-per-node"
+    if nodes is not None and check == "node-affinity":
+        label, steps = excluded_by(pod, nodes)
+        if label:
+            check = label
+            message = f"{steps}; {message}" if message else steps
+    return NodeResult("", cls, "never_scheduled", check, message, fix, name)
+
+
+def _terminated(pod: Mapping[str, Any], cls: str, term: Mapping[str, Any]) -> NodeResult:
+    node = str((pod.get("spec") or {}).get("nodeName") or "")
+    name = str((pod.get("metadata") or {}).get("name") or "")
+    code = term.get("exitCode")
+    message = str(term.get("message") or "")
+    verdict = parse_verdict(message)
+    if verdict is not None:
+        return from_verdict(verdict, node=node, gpu_class=cls, job=name, exit_code=code)
+    if term.get("reason") == "OOMKilled":
+        return NodeResult(
+            node,
+            cls,
+            "failed",
+            "OOMKilled",
+            "the container went over its memory limit",
+            "raise the pod's memory limit: the memory-backed /dev/shm counts against it",
+            name,
+            code,
+        )
+    tail = " | ".join(message.strip().splitlines()[-3:])
+    return no_verdict(node, cls, code if isinstance(code, int) else None, tail, job=name)
+
+
+def pod_result(
+    pod: Mapping[str, Any],
+    cls: str,
+    requires: str,
+    nodes: Sequence[Mapping[str, Any]] | None = None,
+) -> NodeResult:
+    """One pod of a run: what its status says (phase, reason, the smoke container's state)."""
+    status = pod.get("status") or {}
+    node = str((pod.get("spec") or {}).get("nodeName") or "")
+    name = str((pod.get("metadata") or {}).get("name") or "")
+    if status.get("reason") == "Evicted":
+        return NodeResult(
+            node,
+            cls,
+            "evicted",
+            "Evicted",
+            str(status.get("message") or ""),
+            "the kubelet evicted the pod under node pressure: rerun when the node is drained; "
+            "the memory-backed /dev/shm counts as the pod's memory",
+            name,
+        )
+    statuses = status.get("containerStatuses") or []
+    smoke: Mapping[str, Any] = next((c for c in statuses if c.get("name") == "smoke"), {})
+    state = smoke.get("state") or {}
+    if state.get("terminated"):
+        return _terminated(pod, cls, state["terminated"])
+    waiting = state.get("waiting") or {}
+    if waiting.get("reason") in _NOT_STARTED:
+        reason = str(waiting["reason"])
+        return NodeResult(
+            node,
+            cls,
+            "never_started",
+            reason,
+            str(waiting.get("message") or ""),
+            _NOT_STARTED[reason],
+            name,
+        )
+    if status.get("phase") == "Pending" and _scheduling(pod) is not None:
+        return _unscheduled(pod, cls, requires, nodes)
+    if status.get("phase") == "Failed":
+        reason = str(status.get("reason") or "Failed")
+        return NodeResult(
+            node,
+            cls,
+            "never_started",
+            reason,
+            str(status.get("message") or ""),
+            "the pod ended before its smoke container did: `kubectl describe pod " + name + "`",
+            name,
+        )
+    phase = str(status.get("phase") or "Pending")
+    return NodeResult(
+        node,
+        cls,
+        "pending",
+        phase,
+        waiting.get("reason") or "",
+        "wait for the Job to finish, then read back again",
+        name,
+    )
+
+
+def _job_without_pods(job: Mapping[str, Any], cls: str) -> NodeResult:
+    name = str((job.get("metadata") or {}).get("name") or "")
+    for cond in (job.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Failed" and cond.get("status") == "True":
+            reason = str(cond.get("reason") or "Failed")
+            return NodeResult(
+                "",
+                cls,
+                "never_started",
+                reason,
+                str(cond.get("message") or ""),
+                "no pod of the Job ran to its end: the deadline covers the smoke time and 600 s "
+                "of pull; a slow registry or a full cluster outlasts it",
+                name,
+            )
+    return NodeResult(
+        "",
+        cls,
+        "pending",
+        "NoPod",
+        "the Job has no pod yet",
+        "wait for the Job controller; `kubectl describe job " + name + "`",
+        name,
+    )
+
+
+def k8s_results(
+    doc: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]] | None = None
+) -> FleetRun:
+    """`kubectl get jobs,pods -l envbuild.run=RUN -o json` (a v1 List) as the fleet view; with
+    `nodes` (`kubectl get nodes -o json` items), an unschedulable pod names the requirement
+    that excluded every node."""
+    items = [i for i in doc.get("items") or [] if isinstance(i, Mapping)]
+    jobs = {str((i.get("metadata") or {}).get("name")): i for i in items if i.get("kind") == "Job"}
+    pods_of: dict[str, list[Mapping[str, Any]]] = {}
+    for pod in (i for i in items if i.get("kind") == "Pod"):
+        pods_of.setdefault(_job_of(pod), []).append(pod)
+    results: list[NodeResult] = []
+    runs = set()
+    for job_name in sorted({*jobs, *pods_of}):
+        job = jobs.get(job_name, {})
+        source = job or pods_of[job_name][0]
+        cls = str(_labels(source).get(CLASS_LABEL) or "unknown")
+        runs.add(str(_labels(source).get(RUN_LABEL) or ""))
+        requires = str(_annotations(source).get(REQUIRES_ANNOTATION) or "")
+        pods = pods_of.get(job_name, [])
+        if not pods:
+            results.append(_job_without_pods(job, cls))
+        results += [pod_result(p, cls, requires, nodes) for p in pods]
+    return FleetRun(run=", ".join(sorted(runs - {""})), source="kubernetes", nodes=ordered(results))

@@ -13,6 +13,10 @@ SUBCOMMANDS: CommandTable = {
         "envbuild.cli.commands.fleet_slurm",
         "Write an sbatch script that smoke-tests an image on every node of a partition.",
     ),
+    "k8s": (
+        "envbuild.cli.commands.fleet_k8s",
+        "Write Kubernetes Jobs, one per GPU class, that smoke-test an image.",
+    ),
     "results": (
         "envbuild.cli.commands.fleet_results",
         "Read a fleet run's verdicts back: per node and GPU class.",

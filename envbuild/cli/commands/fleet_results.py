@@ -74,6 +74,12 @@ def render(doc: dict[str, Any]) -> str:
 )
 @click.option("--run", help="A Kubernetes run id: read the cluster kubectl reaches.")
 @click.option(
+    "--nodes",
+    "nodes_file",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="With --k8s: `kubectl get nodes -o json` output, to name the label that excluded them.",
+)
+@click.option(
     "--sacct",
     "sacct_file",
     type=click.Path(dir_okay=False, exists=True, path_type=Path),
@@ -90,6 +96,7 @@ def command(
     k8s_file: Path | None,
     run: str | None,
     sacct_file: Path | None,
+    nodes_file: Path | None,
     as_json: bool,
     junit: Path | None,
 ) -> None:
