@@ -15,7 +15,8 @@
 #      the JSON reports
 #   5b. Slurm (tests/slurm/up.sh: munged, slurmctld, slurmd on 127.0.0.1): `envbuild fleet
 #      slurm` writes the sbatch script, sbatch runs the pushed image's smoke on the node
-#      through Docker by digest, `envbuild fleet results` reads the verdict back -> passed
+#      through Docker by digest, `envbuild fleet results` reads the verdict back -> passed;
+#      the same with a digest the registry lacks -> failed (no verdict, the engine's stderr)
 #   6. Podman through its Docker-compatible API (`podman system service`) on a copy of
 #      images/torch-cpu (1 GB; torch CPU from E2E_WHEELS=/opt/wheels) locked pinned to the
 #      local registry's base as in step 4   -> exit 0, tagged in Podman with the labels
@@ -313,11 +314,26 @@ if [ "${E2E_SLURM:-1}" = 1 ]; then
     eval "$(cat "$SLURM_DIR/env")"
     run "$ENVBUILD" fleet slurm --lock "$PINNED" --image "$REG/envbuild-e2e/torch-slim@$PUSHED" \
         --allow-cpu --partition e2e --shared "$SLURM_DIR/shared" -o "$SLURM_DIR/smoke.sbatch" --json >"$SLURM_DIR/script.json"
-    JOB=$(cd "$SLURM_DIR" && run sbatch --wait --parsable smoke.sbatch) || fail "the Slurm job failed: $(cat "$SLURM_DIR"/shared/*.out)"
+    JOB=$(cd "$SLURM_DIR" && run sbatch --wait --parsable smoke.sbatch | cut -d';' -f1) || fail "the Slurm job failed: $(cat "$SLURM_DIR"/shared/*.out)"
     RUN_NAME=$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["run_name"])' "$SLURM_DIR/script.json")
     run "$ENVBUILD" fleet results --slurm "$SLURM_DIR/shared/$RUN_NAME-$JOB" --junit "$SLURM_DIR/fleet.xml" --json >"$SLURM_DIR/results.json"
     check_json "$SLURM_DIR/results.json" ok=True source=slurm counts.passed=1 classes.cpu.passed=1
     grep -q 'testcase classname="envbuild.fleet.*" name="e2e-node1"' "$SLURM_DIR/fleet.xml" || fail "no JUnit testcase for e2e-node1"
+    # A digest the registry does not hold: the node's engine cannot pull it, the step leaves
+    # its exit code and stderr but no verdict, and the read-back says so (exit 1).
+    MISSING="$REG/envbuild-e2e/torch-slim@sha256:$(printf '0%.0s' $(seq 64))"
+    run "$ENVBUILD" fleet slurm --lock "$PINNED" --image "$MISSING" --allow-cpu --partition e2e \
+        --shared "$SLURM_DIR/shared" -o "$SLURM_DIR/missing.sbatch" >/dev/null
+    JOB2=$(cd "$SLURM_DIR" && run sbatch --wait --parsable missing.sbatch) && fail "the job of a missing image passed"
+    set +e
+    run "$ENVBUILD" fleet results --slurm "$SLURM_DIR/shared/$RUN_NAME-${JOB2%%;*}" --json >"$SLURM_DIR/missing.json"
+    code=$?
+    set -e
+    [ "$code" = 1 ] || fail "fleet results of a failed run exited $code, expected 1"
+    check_json "$SLURM_DIR/missing.json" ok=False counts.failed=1
+    "$PY" -c 'import json, sys; n = json.load(open(sys.argv[1]))["nodes"][0]
+assert n["check"] == "no-verdict" and n["exit_code"] != 0 and n["detail"], n
+print("missing image:", n["detail"][:160], file=sys.stderr)' "$SLURM_DIR/missing.json" || fail "unexpected read-back of the missing image"
     run bash tests/slurm/down.sh "$SLURM_UP"
     SLURM_UP=
     lap
