@@ -6,9 +6,11 @@ unschedulable, evicted, never started (image pull, deadline), killed for memory.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
+import pytest
 from click.testing import CliRunner
 from kubernetes.client import (
     ApiClient,
@@ -288,3 +290,31 @@ def test_a_file_that_is_no_kubernetes_list_is_bad_input(tmp_path: Path) -> None:
     bad.write_text('{"kind": "Pod"}')
     res = CliRunner().invoke(cli, ["fleet", "results", "--k8s", str(bad)])
     assert res.exit_code == 2 and "not a Kubernetes List" in res.output
+
+
+def test_with_a_run_id_kubectl_is_asked_for_the_run_and_the_nodes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--run RUN` runs kubectl (a stand-in on PATH here, answering as kubectl would)."""
+    (tmp_path / "run.json").write_text(json.dumps(run_list()))
+    (tmp_path / "nodes.json").write_text(
+        json.dumps({"kind": "List", "items": [node("gpu-x", "470.256.02")]})
+    )
+    kubectl = tmp_path / "kubectl"
+    kubectl.write_text(
+        "#!/bin/sh\n"
+        f'echo "$*" >>{tmp_path}/args\n'
+        f'case "$2" in nodes) cat {tmp_path}/nodes.json;; *) cat {tmp_path}/run.json;; esac\n'
+    )
+    kubectl.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    res = CliRunner().invoke(cli, ["fleet", "results", "--run", "ci-7", "--json"])
+    assert res.exit_code == 1, res.output
+    assert (tmp_path / "args").read_text().splitlines() == [
+        "get jobs,pods -l envbuild.run=ci-7 -o json",
+        "get nodes -o json",
+    ]
+    unscheduled = next(
+        n for n in json.loads(res.output)["nodes"] if n["status"] == "never_scheduled"
+    )
+    assert unscheduled["check"] == "nvidia.com/cuda.driver-version"
