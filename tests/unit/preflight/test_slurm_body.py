@@ -44,7 +44,9 @@ STUBS = {
 }
 
 
-def run_script(tmp_path: Path, *, have: tuple[str, ...], env: dict[str, str]) -> Path:
+def run_script(
+    tmp_path: Path, *, have: tuple[str, ...], env: dict[str, str], archive: str = ""
+) -> Path:
     stubs = tmp_path / "bin"
     stubs.mkdir()
     for name in have:
@@ -54,16 +56,27 @@ def run_script(tmp_path: Path, *, have: tuple[str, ...], env: dict[str, str]) ->
         IMAGE, SmokeLimits(2048, 660, 600), allow_cpu=False, attach=None, environ={}
     )
     shared = tmp_path / "shared"
-    run = slurm.SlurmRun(smoke, "envbuild-smoke-t-cccc", "c" * 64, str(shared), gpus_per_node=8)
+    run = slurm.SlurmRun(
+        smoke, "envbuild-smoke-t-cccc", "c" * 64, str(shared), archive=archive, gpus_per_node=8
+    )
     script = tmp_path / "smoke.sbatch"
     script.write_text(slurm.sbatch_script(run, BODY))
     base = {"PATH": f"{stubs}:/usr/bin:/bin", "CALLS": str(tmp_path / "calls"), "NODES": "n1 n2"}
     done = subprocess.run(
         ["bash", str(script)],
-        env={**base, "SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "n[1-2]", "VERDICT": VERDICT,
-             **env},
-        capture_output=True, text=True, timeout=60, check=False, cwd=tmp_path,
-    )  # fmt: skip
+        env={
+            **base,
+            "SLURM_JOB_ID": "77",
+            "SLURM_JOB_NODELIST": "n[1-2]",
+            "VERDICT": VERDICT,
+            **env,
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "2 of 2 nodes passed" in done.stdout
     return shared / "envbuild-smoke-t-cccc-77"
@@ -122,6 +135,23 @@ def test_docker_pulls_by_digest_on_each_node_and_runs_with_gpus_and_shm(tmp_path
     assert "--gpus all --shm-size 2048m -e ENVBUILD_NODE=n1" in runs[0]
     assert f"--label envbuild.lock.sha256={'c' * 64}" in runs[0]
     assert read_back(run).ok
+
+
+def test_an_archive_on_shared_storage_is_loaded_instead_of_pulled(tmp_path: Path) -> None:
+    archive = str(tmp_path / "torch-train.tar")
+    run = run_script(tmp_path, have=("srun", "scontrol", "docker"), env={}, archive=archive)
+    log = calls(tmp_path)
+    assert [c for c in log if c.startswith(("docker load", "docker pull"))] == [
+        f"docker load -i {archive}"
+    ] * 2
+    assert read_back(run).ok
+    (tmp_path / "a").mkdir()
+    apptainer = run_script(
+        tmp_path / "a", have=("srun", "scontrol", "apptainer"), env={}, archive=archive
+    )
+    assert f"apptainer build --force {apptainer}/image/image.sif docker-archive://{archive}" in (
+        calls(tmp_path / "a")
+    )
 
 
 def test_without_a_way_to_run_containers_the_job_stops_before_srun(tmp_path: Path) -> None:
