@@ -187,7 +187,7 @@ def write_report(data: Mapping[str, Any]) -> str:
     lines.append("")
     lines += _load_note(data.get("machine", {}))
     lines += _goal_lines(data)
-    for key in ("cli_start", "resolve", "lock", "build", "smoke_h200", "h200_build"):
+    for key in ("cli_start", "resolve", "lock", "build", "smoke_h200", "h200_build", "fleet"):
         section = data.get(key)
         if not section:
             continue

@@ -7,7 +7,7 @@ asserted: benchmarks report, tests check behaviour.
 
 This module is the entry point (`python -m benchmarks.run`, `--report-only`) and the machine
 facts; each section has its module: cli_start.py (1), resolving.py (2), lock.py (3), build.py
-and layers.py (4), h200.py (5 and 6, read from committed GPU runs); report.py writes RESULTS.md
+and layers.py (4), h200.py (5 and 6, read from committed GPU runs), fleet.py (7); report.py writes RESULTS.md
 and common.py holds what they share.
 
 Settings (environment): BENCH_REPEAT (warm samples, default 7), BENCH_COLD_REPEAT (cold lock
@@ -15,7 +15,7 @@ samples, default 3), BENCH_BUILD_REPEAT (warm rebuild samples, default 3),
 BENCH_COLD_BUILD_REPEAT (cold build pairs, default 1, who goes first alternates), BENCH_LOCK_EXAMPLES
 (comma list, default every images/* folder), BENCH_BASE (local base image, default
 envbuild-e2e/base:bookworm from `tests/e2e.sh prepare`), BENCH_WHEELS (default /opt/wheels),
-BENCH_CA_CERT, BENCH_SKIP (comma list of sections: cli,resolve,lock,build), BENCH_KEEP_IMAGES=1.
+BENCH_CA_CERT, BENCH_SKIP (comma list of sections: cli,resolve,lock,build,fleet), BENCH_KEEP_IMAGES=1.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from typing import Any
 from benchmarks.build import bench_build
 from benchmarks.cli_start import bench_cli_start
 from benchmarks.common import ENVBUILD, RESULTS_DIR, ROOT, UV, Section, _log, _run
+from benchmarks.fleet import bench_fleet
 from benchmarks.h200 import h200_build_results, smoke_results
 from benchmarks.lock import bench_lock
 from benchmarks.report import write_report
@@ -147,6 +148,8 @@ def main() -> None:
             Path(os.environ.get("BENCH_CA_CERT", "/etc/ssl/certs/ca-certificates.crt")),
             cold_build_repeat,
         )
+    if "fleet" not in skip:
+        data["fleet"] = _guarded("7. Fleet read-back", lambda: bench_fleet(repeat))
     data["smoke_h200"] = smoke_results()
     data["h200_build"] = h200_build_results()
     data["machine"]["load average at end"] = _load()

@@ -14,6 +14,10 @@
 #   5. BuildKit (docker buildx, cache mounts, --cache-to inline) on the pinned lock,
 #      --push REF --sign-key                        -> exit 0, the registry holds the digest
 #      the JSON reports, with the signed attestation and SBOM attached as its referrers
+#   5a. Slurm (tests/slurm/up.sh: munged, slurmctld, slurmd on 127.0.0.1): `envbuild fleet
+#      slurm` writes the sbatch script, sbatch runs the pushed image's smoke on the node
+#      through Docker by digest, `envbuild fleet results` reads the verdict back -> passed;
+#      the same with a digest the registry lacks -> failed (no verdict, the engine's stderr)
 #   5b. verify REG/REPO@digest -> exit 0; promote the base (no attestation) -> exit 9; a forged
 #      attestation attached to the base -> verify 22, promote 9; promote step 5's digest
 #      -> an OCI index naming it, linux/amd64
@@ -28,8 +32,8 @@
 #   7c. a pure-Python sdist-only package built in a plain builder stage (no compiler)
 #   8. images/torch-ext: a CUDA extension compiled for the lock's GPUs (about 7 min on 2 cores from a clean clone)
 # `bash tests/e2e.sh prepare` only starts the engine and makes the base image (.ci/run uses it
-# so the engine-marked tests of `make check` run too). E2E_PODMAN=0, E2E_PROJECT=0 and
-# E2E_TORCH_EXT=0 skip steps 6, 7 and 8; E2E_REGISTRY_PORT (5955) is the registry's port when
+# so the engine-marked tests of `make check` run too). E2E_SLURM=0, E2E_PODMAN=0, E2E_PROJECT=0
+# and E2E_TORCH_EXT=0 skip steps 5b, 6, 7 and 8; E2E_REGISTRY_PORT (5955) is the registry's port when
 # free. One run at a time per machine (flock): see below.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -95,8 +99,10 @@ ensure_base() {
 
 # Background services this script starts (registry, Podman's API) stop with it, by their ids.
 PIDS=()
+SLURM_UP=  # the folder of a Slurm cluster tests/slurm/up.sh started, until down.sh stops it
 cleanup() {
     local pid
+    [ -z "$SLURM_UP" ] || bash tests/slurm/down.sh "$SLURM_UP"
     for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
     for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
 }
@@ -329,6 +335,43 @@ echo "pushed: $REG/envbuild-e2e/torch-slim@$PUSHED (recomputed from the registry
 # What a new host does with it (docs/ci.md): pull by digest; the fleet view needs no GPU.
 run docker pull "$REG/envbuild-e2e/torch-slim@$PUSHED"
 run "$ENVBUILD" validate --hosts tests/fixtures/hosts/h200-healthy.json --lock "$PINNED"
+if [ "${E2E_SLURM:-1}" = 1 ]; then
+    say "5a. Slurm (slurm-wlm + munge on 127.0.0.1): the pushed image's smoke on every node, read back"
+    # tests/slurm/up.sh starts munged, slurmctld and slurmd (one node, e2e-node1, whose engine
+    # is this Docker); the generated script runs the payload through it by digest and leaves
+    # one verdict per node in the run folder; sbatch --wait returns the job's exit code.
+    command -v slurmctld >/dev/null && command -v munged >/dev/null || apt_install slurm-wlm munge
+    SLURM_DIR=$WORK/slurm
+    rm -rf "$SLURM_DIR" && mkdir -p "$SLURM_DIR/shared"
+    run bash tests/slurm/up.sh "$SLURM_DIR/cluster" >"$SLURM_DIR/env"
+    SLURM_UP=$SLURM_DIR/cluster
+    eval "$(cat "$SLURM_DIR/env")"
+    run "$ENVBUILD" fleet slurm --lock "$PINNED" --image "$REG/envbuild-e2e/torch-slim@$PUSHED" \
+        --allow-cpu --partition e2e --shared "$SLURM_DIR/shared" -o "$SLURM_DIR/smoke.sbatch" --json >"$SLURM_DIR/script.json"
+    JOB=$(cd "$SLURM_DIR" && run sbatch --wait --parsable smoke.sbatch | cut -d';' -f1) || fail "the Slurm job failed: $(cat "$SLURM_DIR"/shared/*.out)"
+    RUN_NAME=$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["run_name"])' "$SLURM_DIR/script.json")
+    run "$ENVBUILD" fleet results --slurm "$SLURM_DIR/shared/$RUN_NAME-$JOB" --junit "$SLURM_DIR/fleet.xml" --json >"$SLURM_DIR/results.json"
+    check_json "$SLURM_DIR/results.json" ok=True source=slurm counts.passed=1 classes.cpu.passed=1
+    grep -q 'testcase classname="envbuild.fleet.*" name="e2e-node1"' "$SLURM_DIR/fleet.xml" || fail "no JUnit testcase for e2e-node1"
+    # A digest the registry does not hold: the node's engine cannot pull it, the step leaves
+    # its exit code and stderr but no verdict, and the read-back says so (exit 1).
+    MISSING="$REG/envbuild-e2e/torch-slim@sha256:$(printf '0%.0s' $(seq 64))"
+    run "$ENVBUILD" fleet slurm --lock "$PINNED" --image "$MISSING" --allow-cpu --partition e2e \
+        --shared "$SLURM_DIR/shared" -o "$SLURM_DIR/missing.sbatch" >/dev/null
+    JOB2=$(cd "$SLURM_DIR" && run sbatch --wait --parsable missing.sbatch) && fail "the job of a missing image passed"
+    set +e
+    run "$ENVBUILD" fleet results --slurm "$SLURM_DIR/shared/$RUN_NAME-${JOB2%%;*}" --json >"$SLURM_DIR/missing.json"
+    code=$?
+    set -e
+    [ "$code" = 1 ] || fail "fleet results of a failed run exited $code, expected 1"
+    check_json "$SLURM_DIR/missing.json" ok=False counts.failed=1
+    "$PY" -c 'import json, sys; n = json.load(open(sys.argv[1]))["nodes"][0]
+assert n["check"] == "no-verdict" and n["exit_code"] != 0 and n["detail"], n
+print("missing image:", n["detail"][:160], file=sys.stderr)' "$SLURM_DIR/missing.json" || fail "unexpected read-back of the missing image"
+    run bash tests/slurm/down.sh "$SLURM_UP"
+    SLURM_UP=
+    lap
+fi
 # The push and the pull left registry-named references on local images: only names, so
 # --no-prune keeps the images (each also has an envbuild-e2e/* tag, the next run's cache).
 # (The digest first: removing a repository's last tag drops its digest references too.)
@@ -561,4 +604,4 @@ EOF
     lap
 fi
 
-say "e2e passed: classic and BuildKit builds tagged with envbuild.lock.sha256 and envbuild.smoke.report; $REG/envbuild-e2e/torch-slim@$PUSHED pushed after its pass; optional steps run: Podman=$E2E_PODMAN project=${E2E_PROJECT:-1} torch-ext=${E2E_TORCH_EXT:-1}"
+say "e2e passed: classic and BuildKit builds tagged with envbuild.lock.sha256 and envbuild.smoke.report; $REG/envbuild-e2e/torch-slim@$PUSHED pushed after its pass; optional steps run: Slurm=${E2E_SLURM:-1} Podman=$E2E_PODMAN project=${E2E_PROJECT:-1} torch-ext=${E2E_TORCH_EXT:-1}"

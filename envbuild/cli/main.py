@@ -55,6 +55,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "envbuild.cli.commands.promote",
         "Push a multi-arch index of images whose smoke test passed.",
     ),
+    "fleet": (
+        "envbuild.cli.commands.fleet",
+        "Smoke-test an image on a Slurm or Kubernetes fleet; read the verdicts back.",
+    ),
 }
 
 EXIT_INTERNAL = 70  # EX_SOFTWARE: a bug in envbuild, not in the user's input

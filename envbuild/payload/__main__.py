@@ -67,12 +67,39 @@ def new_report(plan: dict[str, Any], framework: str | None) -> dict[str, Any]:
     }
 
 
+VERDICT_TO: list[str] = []
+"""Where `--verdict` sends the node's verdict (a file, or "-": a stdout line); set by main."""
+
+
+def node_name() -> str:
+    """The node this runs on: what the runner says (ENVBUILD_NODE: the Kubernetes Job sets it
+    from spec.nodeName, the Slurm script from SLURMD_NODENAME), else the hostname."""
+    return os.environ.get("ENVBUILD_NODE") or os.uname().nodename
+
+
+def write_verdict(report: dict[str, Any]) -> None:
+    """The compact verdict (smoke_checks.verdict_of), where `--verdict` said; a verdict that
+    cannot be written must not take the report down, so it says why on stderr."""
+    for where in VERDICT_TO:
+        text = ck.verdict_text(ck.verdict_of(report, node_name()))
+        if where == "-":
+            sys.stdout.write(f"{ck.VERDICT_MARKER} {text}\n")
+            continue
+        try:
+            with open(where, "w", encoding="utf-8") as f:
+                f.write(text)
+        except OSError as exc:
+            sys.stderr.write(f"envbuild-smoke: cannot write the verdict to {where}: {exc}\n")
+
+
 def finish(report: dict[str, Any], started: float) -> int:
-    """Print the table on stderr and the report line last on stdout; the exit code."""
+    """Print the table on stderr, the verdict where --verdict says, and the report line last on
+    stdout; the exit code."""
     report["ok"] = bool(report["checks"]) and ck.report_ok(report["checks"])
     report["timings"]["total_s"] = round(time.perf_counter() - started, 3)
     sys.stderr.write(ck.format_table(report) + "\n")
     sys.stderr.flush()
+    write_verdict(report)
     sys.stdout.write(ck.report_line(report) + "\n")
     sys.stdout.flush()
     return 0 if report["ok"] else 1
@@ -98,7 +125,13 @@ def main(argv: list[str] | None = None) -> int:
         "--allow-cpu", action="store_true", help="run on the CPU when no GPU is visible"
     )
     parser.add_argument("--tier", type=int, choices=(1, 2), help="override the plan's tier")
+    parser.add_argument(
+        "--verdict",
+        metavar="PATH",
+        help="also write the node's verdict JSON (<= 4 KiB) to PATH, or '-': a stdout line",
+    )
     args = parser.parse_args(argv)
+    VERDICT_TO[:] = [args.verdict] if args.verdict else []
     try:
         plan = load_plan(args.plan)
     except (OSError, ValueError) as exc:

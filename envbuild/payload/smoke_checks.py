@@ -17,6 +17,13 @@ REPORT_MARKER = "ENVBUILD-SMOKE-REPORT"
 """The payload's last stdout line starts with this and a space, then the report's JSON."""
 REPORT_SCHEMA = 1
 PLAN_SCHEMA = 1
+VERDICT_MARKER = "ENVBUILD-SMOKE-VERDICT"
+"""With `--verdict -`, a stdout line of this marker, a space and the node's verdict JSON."""
+VERDICT_SCHEMA = 1
+VERDICT_MAX_BYTES = 4096
+"""A verdict fits a Kubernetes termination message: the kubelet keeps at most 4096 bytes of a
+container's terminationMessagePath (kubernetes.io/docs/tasks/debug/debug-application/
+determine-reason-pod-failure/, "Customizing the termination message")."""
 STATUSES = ("pass", "fail", "warn", "skip")
 PRECISIONS = ("auto", "bf16", "fp16", "fp32")
 """The plan's "precision": auto = bf16 where the GPU has it (fp16 + GradScaler before Ampere,
@@ -760,6 +767,53 @@ def report_line(report: Mapping[str, Any]) -> str:
     return (
         REPORT_MARKER + " " + json.dumps(report, sort_keys=True, separators=(",", ":"), default=str)
     )
+
+
+def _cut(text: Any, n: int) -> str:
+    text = str(text or "")
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def verdict_of(report: Mapping[str, Any], node: str) -> dict[str, Any]:
+    """The one node's verdict a fleet reads back: pass or fail, the failed checks with their
+    hints, the GPUs and driver seen; at most VERDICT_MAX_BYTES of compact JSON (figures and
+    hints are cut, then failed checks dropped and counted in "more_failed")."""
+    host = report.get("host") or {}
+    gpus = [
+        {"name": str(g.get("name", "?")), "cc": str(g.get("cc") or "")}
+        for g in host.get("gpus") or []
+        if isinstance(g, Mapping)
+    ]
+    failed = [
+        {
+            "name": _cut(c.get("name"), 60),
+            "figure": _cut(c.get("figure"), 240),
+            "hint": _cut(c.get("hint"), 240),
+        }
+        for c in report.get("checks", [])
+        if isinstance(c, Mapping) and c.get("status") == "fail"
+    ]
+    out: dict[str, Any] = {
+        "schema": VERDICT_SCHEMA,
+        "ok": bool(report.get("ok")),
+        "node": _cut(node, 253),
+        "framework": report.get("framework"),
+        "device": report.get("device"),
+        "tier": report.get("tier"),
+        "driver": host.get("driver"),
+        "gpus": gpus[:16],
+        "checks": len(report.get("checks", [])),
+        "failed": failed,
+        "total_s": (report.get("timings") or {}).get("total_s"),
+    }
+    while len(verdict_text(out).encode()) > VERDICT_MAX_BYTES and out["failed"]:
+        out["failed"] = out["failed"][:-1]
+        out["more_failed"] = out.get("more_failed", 0) + 1
+    return out
+
+
+def verdict_text(verdict: Mapping[str, Any]) -> str:
+    return json.dumps(verdict, sort_keys=True, separators=(",", ":"), default=str)
 
 
 def format_table(report: Mapping[str, Any]) -> str:

@@ -348,3 +348,19 @@ def test_lock_peer_resolves_a_projects_own_requirements_too() -> None:
     project = project_lock.read_inputs(image, request)
     assert project is not None and "hatchling>=1.18" in project.lines
     assert requirements.splitlines()[-len(project.lines) :] == list(project.lines)
+
+
+def test_the_fleet_benchmark_inputs_read_back_in_every_end_state(tmp_path: Path) -> None:
+    """benchmarks/fleet.py's made-up fleets are runs `fleet results` understands: the share of
+    each end state it writes is what the view counts (no timing is asserted)."""
+    from benchmarks import fleet as bench
+    from envbuild.app import fleet as app
+    from envbuild.preflight import fleet_run
+
+    view = fleet_run.k8s_results(bench.k8s_listing(200))
+    assert view.to_json()["counts"] == {
+        "evicted": 4, "failed": 10, "never_scheduled": 4, "never_started": 2, "passed": 180,
+    }  # fmt: skip
+    run = bench.slurm_folder(tmp_path, 200)
+    slurm = fleet_run.slurm_results(app.read_slurm_folder(run, ""))
+    assert slurm.to_json()["counts"] == {"failed": 14, "never_started": 6, "passed": 180}
