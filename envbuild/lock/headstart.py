@@ -129,6 +129,76 @@ def find_links(argv: Sequence[str]) -> list[str]:
     return [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--find-links"]
 
 
+# What envbuild.lock.pins.uv_argv and pin write, named here (that module's import would come
+# before the start; tests/unit/lock/test_headstart.py checks that they agree). A record whose
+# arguments or files are not of this shape starts nothing: through `--python`, a uv config
+# file or an option line, a record could otherwise choose a program for uv to run.
+_SUBCOMMAND = ["pip", "compile", "requirements.in"]
+_FLAGS = frozenset(
+    ("--generate-hashes", "--no-python-downloads", "--no-config", "--quiet", "--offline")
+)
+_VALUED = frozenset(
+    (
+        "--python-version",
+        "--python-platform",
+        "--only-binary",
+        "--index-url",
+        "--extra-index-url",
+        "--find-links",
+        "--upgrade-package",
+        "--no-binary",
+    )
+)
+_FIXED = {
+    "--format": "pylock.toml",
+    "--output-file": "pylock.toml",
+    "--constraint": "constraints.txt",
+    "--config-file": "uv-dependency-metadata.toml",
+}
+_FILE_NAMES = re.compile(
+    r"requirements\.in|constraints\.txt|pylock\.toml|uv-dependency-metadata\.toml"
+    r"|find-links-[0-9]+\.html"
+)
+_METADATA_LINE = re.compile(
+    r'|\[\[dependency-metadata\]\]|(?:name|version) = "(?:[^"\\]|\\.)*"'
+    r'|requires-dist = \[(?:"(?:[^"\\]|\\.)*"(?:, )?)*\]'
+)
+
+
+def envbuild_shaped(args: Sequence[str], files: Mapping[str, str]) -> bool:
+    """Whether a kept command (uv's arguments after the program, and the files of its folder)
+    is one `envbuild lock` writes: `pip compile requirements.in`, only the options it passes
+    (`--python` only as this interpreter), its own file names, no option line in a
+    requirements file, and a config file of `[[dependency-metadata]]` tables alone."""
+    if list(args[:3]) != _SUBCOMMAND:
+        return False
+    rest = list(args[3:])
+    while rest:
+        option = rest.pop(0)
+        if option in _FLAGS:
+            continue
+        if not rest:
+            return False
+        value = rest.pop(0)
+        fine = (
+            option in _VALUED
+            or _FIXED.get(option) == value
+            or (option == "--python" and value == sys.executable)
+        )
+        if not fine:
+            return False
+    for name, text in files.items():
+        if not _FILE_NAMES.fullmatch(name):
+            return False
+        lines = text.splitlines()
+        if name.endswith((".in", ".txt")) and any(ln.lstrip().startswith("-") for ln in lines):
+            return False
+        metadata = name.endswith(".toml") and name != "pylock.toml"
+        if metadata and not all(_METADATA_LINE.fullmatch(ln) for ln in lines):
+            return False
+    return True
+
+
 def generic(argv: Sequence[str], work: str | Path) -> list[str]:
     """`argv` with its working folder written as WORK."""
     return [a.replace(os.fspath(work), WORK) for a in argv]
@@ -321,12 +391,13 @@ class HeadStart:
         def run(argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> RunResult:
             if not self.key:  # idle: nothing started, nothing to keep
                 return fallback(argv, cwd, env)
-            if not self.uv or argv[0] != self.uv[0]:  # pip, or another uv: nothing to keep
-                self.foreign = True
+            call: dict[str, Any] = {"argv": generic(argv, cwd), "files": read_folder(cwd)}
+            ours = bool(self.uv) and argv[0] == self.uv[0]
+            if not ours or not envbuild_shaped(call["argv"][1:], call["files"]):
+                self.foreign = True  # pip, another uv or another command: nothing to keep
                 self.close()
                 return fallback(argv, cwd, env)
             i = len(self._calls)
-            call = {"argv": generic(argv, cwd), "files": read_folder(cwd)}
             call["watch"] = local_files(argv)
             self._calls.append(call)
             result = self._take(i, call, env, cwd)
@@ -385,6 +456,7 @@ def begin(
         and record["key"] == key
         and record["inputs"] == inputs
         and record["uv"] == uv
+        and all(envbuild_shaped(c["args"], c["files"]) for c in record["calls"])
     ):
         env = isolated_env(environ)
         try:

@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -133,3 +134,93 @@ def test_a_record_of_another_uv_is_not_started(
     assert len(uv_calls(tmp_path / "uv")) == 2  # the recorded uv did not run
     [call] = uv_calls(tmp_path / "uv2")
     assert not _started_ahead(call)
+
+
+def _edited_record(tmp_path: Path, edit: Callable[[dict[str, Any]], None]) -> None:
+    path = _record(tmp_path)
+    record = json.loads(path.read_text())
+    edit(record)
+    path.write_text(json.dumps(record))
+    os.chmod(path, 0o600)
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        # uv runs the interpreter `--python` names to read its tags.
+        lambda r: r["calls"][0]["args"].extend(["--python", "/tmp/evil-python"]),
+        # An option uv would take from a config file of the record's own.
+        lambda r: r["calls"][0]["args"].extend(["--config-file", "evil.toml"]),
+        lambda r: r["calls"][0]["files"].update(
+            {"uv-dependency-metadata.toml": "[pip]\npython = '/tmp/evil'\n"}
+        ),
+        # An editable install of a folder anywhere is built (its setup.py runs).
+        lambda r: r["calls"][0]["files"].update({"requirements.in": "-e /tmp/evil-project\n"}),
+        lambda r: r["calls"][0]["files"].update({"evil.toml": "x"}),
+        lambda r: r["calls"][0]["args"].insert(0, "run"),
+    ],
+    ids=["python", "config-file", "config-content", "option-line", "file-name", "subcommand"],
+)
+def test_a_record_whose_arguments_choose_a_program_starts_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, edit: Callable[[dict[str, Any]], None]
+) -> None:
+    """The uv is this run's, but the record's arguments or files are not what envbuild
+    writes for it: nothing is started from them."""
+    image, env = _locked_twice(tmp_path)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    asked: list[Sequence[str]] = []
+
+    def start(argv: Sequence[str], *rest: object) -> headstart.Started:
+        asked.append(argv)
+        raise OSError("recorded, not started")
+
+    options = headstart.lock_options(False, True, (), os.environ)
+    headstart.begin(image, options, start=start)
+    assert len(asked) == 1  # the record as kept starts
+    asked.clear()
+    _edited_record(tmp_path, edit)
+    headstart.begin(image, options, start=start)
+    assert asked == []
+
+
+def test_the_shape_is_what_envbuild_writes_for_uv() -> None:
+    """`headstart.envbuild_shaped` accepts every command `lock.pins` builds (it names the
+    same options and files without importing that module)."""
+    import sys
+
+    from envbuild.lock import pins
+
+    metadata = (
+        pins.DependencyMetadata(
+            "flash-attn", "2.8.3", ("torch", 'einops; python_version >= "3.9"')
+        ),
+        pins.DependencyMetadata("x", None, ()),
+    )
+    requests = [
+        pins.PinRequest(requirements=("torch",), python="3.12"),
+        pins.PinRequest(
+            requirements=("torch==2.10.0", "numpy<3"),
+            python="3.11",
+            platform="aarch64",
+            index_url="https://download.pytorch.org/whl/cu128",
+            extra_index_urls=("https://pypi.org/simple",),
+            find_links=("/opt/wheels", "\0work\0/find-links-0.html"),
+            upgrade_packages=("numpy",),
+            offline=True,
+            constraints=("torch==2.10.0",),
+            source_packages=("flash-attn",),
+            dependency_metadata=metadata,
+        ),
+    ]
+    for req in requests:
+        for interpreter in (None, sys.executable):
+            argv = pins.uv_argv(["uv"], req, interpreter=interpreter)
+            files = {
+                "requirements.in": "\n".join(req.requirements) + "\n",
+                pins.CONSTRAINTS_FILE: "\n".join(req.constraints) + "\n",
+                pins.DEPENDENCY_METADATA_FILE: pins.dependency_metadata_text(metadata),
+                pins.PREFERENCES_FILE: 'lock-version = "1.0"\n',
+                "find-links-0.html": '<a href="file:///opt/wheels/x.whl">x</a>\n',
+            }
+            assert headstart.envbuild_shaped(argv[1:], files), argv

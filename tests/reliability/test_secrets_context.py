@@ -4,6 +4,7 @@ them, gives a context with none of them, each named in what was left out."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -12,6 +13,8 @@ import pytest
 from envbuild.core.errors import RequestError
 from envbuild.core.models import ProjectSettings
 from envbuild.request import sourcetree
+from tests.reliability.helpers import copy_example, run
+from tests.reliability.hostile import fake_uv
 
 KEY_BLOCK = (
     "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ\n"
@@ -128,3 +131,31 @@ def test_a_link_out_of_the_project_is_not_followed(tmp_path: Path) -> None:
     with pytest.raises(Exception, match="outside the project folder") as info:
         sourcetree.context_files(ProjectSettings(path=".", install=False), project)
     assert "PRIVATE" not in str(info.value)
+
+
+def test_render_context_of_a_project_full_of_secrets(tmp_path: Path) -> None:
+    """Through the CLI: `lock` then `render --context` of an image whose project holds every
+    secret above; the context folder holds none, and both commands list what was left out."""
+    image = copy_example(tmp_path, "torch-train")
+    project = _project(image)
+    request = image / "envbuild.toml"
+    request.write_text(request.read_text() + '\n[project]\npath = "repo"\ninstall = false\n')
+    env = {**fake_uv(tmp_path / "uv"), "ENVBUILD_NO_INDEX_PROBE": "1"}
+    out = run("lock", "--offline", str(image), env=env)
+    assert out.code == 0, out.text
+    assert "left out of /app: " in out.out, out.text
+    context = tmp_path / "ctx"
+    out = run("render", str(image), "--context", str(context), "--json")
+    assert out.code == 0, out.text
+    listed = {entry["path"] for entry in json.loads(out.out)["left_out"]}
+    assert {".netrc", ".npmrc", "deploy/server.pem", "settings.txt", ".git/"} <= listed
+    copied = {
+        p.relative_to(context / "project").as_posix()
+        for p in (context / "project").rglob("*")
+        if p.is_file()
+    }
+    assert copied == set(KEPT)
+    for path in context.rglob("*"):
+        if path.is_file() and path.name != ".dockerignore":
+            assert b"hunter2" not in path.read_bytes() and b"PRIVATE KEY" not in path.read_bytes()
+    assert project.is_dir()

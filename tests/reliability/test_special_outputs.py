@@ -167,3 +167,24 @@ def test_every_output_goes_through_the_one_rule() -> None:
         if rel != "envbuild/core/fsio.py" and re.search(r"\bwrite_atomic\(", path.read_text()):
             found.add(rel)
     assert found <= allowed, found - allowed
+
+
+def test_k8s_job_and_junit_write_into_a_fifo_and_through_a_link(tmp_path: Path) -> None:
+    hosts = REPO / "tests" / "fixtures" / "hosts" / "fleet-doctor.jsonl"
+    fifo = tmp_path / "jobs.fifo"
+    os.mkfifo(fifo)
+    real = tmp_path / "junit-real.xml"
+    real.write_text("old\n")
+    link = tmp_path / "junit.xml"
+    link.symlink_to(real)
+    thread, got = _reader(fifo)
+    out = run(
+        *("validate", "--hosts", str(hosts), "--lock", str(REPO / "images" / "torch-train")),
+        *("--image", "registry.example.com/ml/torch:1", "--k8s-job", str(fifo)),
+        *("--junit", str(link)),
+    )
+    thread.join(10)
+    assert out.code in (0, 1), out.text
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+    assert got and b'kind: "Job"' in got[0]
+    assert link.is_symlink() and real.read_text().startswith("<?xml")

@@ -19,14 +19,18 @@ from envbuild.lock import headstart
 from envbuild.lock.pins import Runner, RunResult
 from envbuild.lock.uvenv import isolated_env
 
-# Writes pylock.toml from requirements.in (so the output shows which input it read), prints a
-# line on each stream and exits with the code given as its first argument.
+# The stand-in for uv: writes pylock.toml from requirements.in (so the output shows which input
+# it read), prints a line on each stream and exits with the code its `--upgrade-package exit-N`
+# names. Its arguments are uv's as envbuild writes them: the head start starts nothing else.
 SCRIPT = (
     "import sys, pathlib; req = pathlib.Path('requirements.in').read_text(); "
     "pathlib.Path('pylock.toml').write_text('pinned ' + req); "
-    "print('out'); print('err', file=sys.stderr); sys.exit(int(sys.argv[1]))"
+    "print('out'); print('err', file=sys.stderr); "
+    "sys.exit(int(sys.argv[sys.argv.index('--upgrade-package') + 1][len('exit-'):]))"
 )
 FILES = {"requirements.in": "torch==2.13.0\n"}
+UV = ""
+"""The stand-in's path (the `cache` fixture writes it)."""
 
 
 class Fallback:
@@ -46,8 +50,12 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     folder = tmp_path / "cache"
     monkeypatch.setenv("ENVBUILD_CACHE_DIR", str(folder))
     monkeypatch.delenv(headstart.DISABLE_ENV, raising=False)
-    # "uv" is this interpreter (SCRIPT): the head start runs only the uv the lock would use.
-    monkeypatch.setenv("ENVBUILD_UV", sys.executable)
+    # The head start runs only the uv the lock would use: the stand-in, made the lock's uv.
+    uv = tmp_path / "uv"
+    uv.write_text(f"#!{sys.executable}\n{SCRIPT}\n")
+    uv.chmod(0o755)
+    monkeypatch.setenv("ENVBUILD_UV", str(uv))
+    monkeypatch.setitem(globals(), "UV", str(uv))
     return folder
 
 
@@ -59,7 +67,7 @@ def _image(tmp_path: Path) -> Path:
 
 
 def _argv(code: int = 0, *extra: str) -> list[str]:
-    return [sys.executable, "-c", SCRIPT, str(code), *extra]
+    return [UV, "pip", "compile", "requirements.in", "--upgrade-package", f"exit-{code}", *extra]
 
 
 def _run_once(
@@ -244,7 +252,7 @@ def test_every_command_of_a_lock_starts_ahead_and_is_taken_in_its_turn(
 ) -> None:
     """A lock with a source package runs uv several times: all start at once."""
     image, fallback = _image(tmp_path), Fallback()
-    rounds = [_argv(1), _argv(0, "--no-binary", "x"), _argv(0, "--constraint", "c.txt")]
+    rounds = [_argv(1), _argv(0, "--no-binary", "x"), _argv(0, "--constraint", "constraints.txt")]
     first = _lock_with(image, tmp_path / "l1", rounds, fallback)
     assert first.taken == 0 and len(fallback.calls) == 3
     again = _lock_with(image, tmp_path / "l2", rounds, fallback)
@@ -255,7 +263,7 @@ def test_once_a_command_differs_the_rest_started_ahead_are_killed(
     tmp_path: Path, cache: Path
 ) -> None:
     image, fallback = _image(tmp_path), Fallback()
-    rounds = [_argv(0), _argv(0, "--no-binary", "x"), _argv(0, "--constraint", "c.txt")]
+    rounds = [_argv(0), _argv(0, "--no-binary", "x"), _argv(0, "--constraint", "constraints.txt")]
     _lock_with(image, tmp_path / "l1", rounds, fallback)
     with headstart.begin(image, ["upgrade=False"]) as ahead:
         started = list(ahead.started)
