@@ -7,6 +7,8 @@ the one place that maps errors to exit codes (see `envbuild.core.errors`).
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import sys
 from typing import TYPE_CHECKING, Any
@@ -120,11 +122,56 @@ def report_bug(exc: Exception, *, as_json: bool) -> None:
     click.echo(f"  next: {hint}", err=True)
 
 
+EXIT_NO_OUTPUT = 3  # an environment failure (errors.EnvironmentFailure): stdout took nothing
+
+
+class _ClosedStdout:
+    """sys.stdout when the process started with file descriptor 1 closed (`>&-`): Python sets
+    it to None and click would drop every line silently; a write fails here instead."""
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.EBADF, "standard output is closed")
+
+    def flush(self) -> None:
+        return None
+
+
+def _output_failed(exc: OSError) -> bool:
+    """True when `exc` is stdout refusing a write (full disk, closed descriptor, I/O error):
+    raised from click.echo or from the final flush of `main`, not from envbuild's own files
+    (those are typed errors already: `envbuild.core.fsio.write_error`)."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    code = tb.tb_frame.f_code if tb is not None else None
+    where = (code.co_filename, code.co_name) if code is not None else ("", "")
+    return where[1] in ("echo", "write", "flush", "main") and (
+        where[0].endswith(("click/utils.py", "cli/main.py")) or exc.errno == errno.EBADF
+    )
+
+
+def report_no_output(exc: OSError) -> None:
+    """The one line (and next step) for output that could not be written: on stderr, the
+    only channel left (also under --json: stdout is what failed)."""
+    reason = exc.strerror or str(exc)
+    hint = (
+        "run it with stdout open (not `>&-`), or send it to a file: > out.txt"
+        if exc.errno == errno.EBADF
+        else "free space where stdout goes, or send it to a file or pipe that takes it"
+    )
+    with contextlib.suppress(OSError, ValueError):
+        click.echo(f"error: cannot write the output to stdout: {reason}", err=True)
+        click.echo(f"  next: {hint}", err=True)
+
+
 def _silence_stdout() -> None:
     # Python's documented recipe for SIGPIPE: point stdout at devnull so the interpreter's
     # final flush does not raise again (docs.python.org/3/library/signal.html#note-on-sigpipe).
     devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (AttributeError, OSError, ValueError):  # no descriptor to point (stdout closed)
+        sys.stdout = os.fdopen(devnull, "w")
 
 
 class EnvbuildGroup(LazyGroup):
@@ -150,6 +197,13 @@ class EnvbuildGroup(LazyGroup):
         except BrokenPipeError:
             _silence_stdout()
             ctx.exit(EXIT_BROKEN_PIPE)
+        except OSError as exc:
+            if not _output_failed(exc) or os.environ.get("ENVBUILD_DEBUG"):
+                report_bug(exc, as_json=wants_json)
+                ctx.exit(EXIT_INTERNAL)
+            report_no_output(exc)
+            _silence_stdout()
+            ctx.exit(EXIT_NO_OUTPUT)
         except click.UsageError as err:
             if not wants_json:
                 raise
@@ -205,6 +259,8 @@ def main() -> None:
     import signal
 
     signal.signal(signal.SIGTERM, _raise_terminated)
+    if sys.stdout is None:
+        sys.stdout = _ClosedStdout()
     try:
         try:
             cli(prog_name="envbuild")
@@ -215,3 +271,7 @@ def main() -> None:
     except BrokenPipeError:
         _silence_stdout()
         sys.exit(EXIT_BROKEN_PIPE)
+    except OSError as exc:  # the last flush: stdout full or gone
+        report_no_output(exc)
+        _silence_stdout()
+        sys.exit(EXIT_NO_OUTPUT)

@@ -105,9 +105,19 @@ class PinResult:
 
 
 def run_subprocess(argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> RunResult:
-    proc = subprocess.run(
-        list(argv), cwd=cwd, env=dict(env), capture_output=True, text=True, check=False
-    )
+    """Run the resolver; PinError (exit 3) when it cannot be started at all (missing, not
+    executable, a folder) or its output is not text."""
+    try:
+        proc = subprocess.run(
+            list(argv), cwd=cwd, env=dict(env), capture_output=True, text=True, check=False
+        )
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "its output is not UTF-8 text"
+        raise PinError(
+            f"cannot run {argv[0]}: {reason}",
+            hint="install uv (pip install uv), or point ENVBUILD_UV at a working uv",
+            fields={"tool": str(argv[0])},
+        ) from None
     return RunResult(proc.returncode, proc.stdout, proc.stderr)
 
 
@@ -288,7 +298,22 @@ def target_environment(python: str, platform: str) -> dict[str, str]:
 
 
 def parse_pylock(text: str, req: PinRequest) -> tuple[LockedPackage, ...]:
-    """uv's PEP 751 output -> LockedPackage per package that applies to the target."""
+    """uv's PEP 751 output -> LockedPackage per package that applies to the target; PinError
+    (exit 3) when it is not a pylock.toml of the shape uv writes (a broken or foreign uv)."""
+    from envbuild.core.documents import DocumentError
+
+    try:
+        return _parse_pylock(text, req)
+    except (DocumentError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise PinError(
+            f"uv's answer is not a pylock.toml envbuild can read ({type(exc).__name__}: "
+            f"{str(exc)[:200]})",
+            hint="check the uv it runs (`uv --version`; ENVBUILD_UV names another), or "
+            "reinstall it: pip install uv",
+        ) from None
+
+
+def _parse_pylock(text: str, req: PinRequest) -> tuple[LockedPackage, ...]:
     from envbuild.request.parse import toml_loads
 
     data = toml_loads(text)
