@@ -59,17 +59,28 @@ EXIT_TERMINATED = 143  # what a shell reports for a process ended by SIGTERM (12
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM (kill, timeout, systemd, a CI runner) raised as an exception, so every `finally`
-    and `with` on the way out runs: temp folders go, uv and containers are stopped (whatever
-    cleans up after Ctrl-C cleans up after SIGTERM too)."""
+    """SIGTERM (kill, timeout, systemd, a CI runner) or SIGHUP (the terminal went away) raised
+    as an exception, so every `finally` and `with` on the way out runs: temp folders go, uv and
+    containers are stopped (whatever cleans up after Ctrl-C cleans up after these too)."""
+
+    def __init__(self, signum: int = 15) -> None:
+        super().__init__(signum)
+        self.exit_code = 128 + signum
 
 
-def _raise_terminated(signum: int, frame: object) -> None:
+def _cleaning_up(signum: int, frame: object) -> None:
+    """A second SIGTERM or SIGHUP while the first one's cleanup runs: the cleanup goes on (a
+    CI runner sends SIGTERM twice before SIGKILL). Not SIG_IGN: that would be inherited by the
+    programs the cleanup starts."""
+
+
+def raise_terminated(signum: int, frame: object) -> None:
+    """The SIGTERM and SIGHUP handler of every command (`main`, `envbuild image` in process)."""
     import signal
 
-    # A second SIGTERM while the first one's cleanup runs ends the process at once, quietly.
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    raise Terminated()
+    signal.signal(signal.SIGTERM, _cleaning_up)
+    signal.signal(signal.SIGHUP, _cleaning_up)
+    raise Terminated(signum)
 
 
 def report_error(err: EnvbuildError, *, as_json: bool) -> None:
@@ -188,9 +199,10 @@ class EnvbuildGroup(LazyGroup):
         except EnvbuildError as err:
             report_error(err, as_json=wants_json)
             ctx.exit(err.exit_code)
-        except Terminated:
-            click.echo("terminated", err=True)
-            ctx.exit(EXIT_TERMINATED)
+        except Terminated as stop:
+            with contextlib.suppress(OSError):  # SIGHUP: the terminal may be gone
+                click.echo("terminated", err=True)
+            ctx.exit(stop.exit_code)
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             ctx.exit(130)
@@ -258,7 +270,8 @@ def main() -> None:
     """The console script (`envbuild = "envbuild.cli.main:main"` in pyproject.toml)."""
     import signal
 
-    signal.signal(signal.SIGTERM, _raise_terminated)
+    signal.signal(signal.SIGTERM, raise_terminated)
+    signal.signal(signal.SIGHUP, raise_terminated)
     if sys.stdout is None:
         sys.stdout = _ClosedStdout()
     try:

@@ -30,6 +30,7 @@ from packaging.markers import InvalidMarker, Marker
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from envbuild.core import fsio
 from envbuild.core.errors import PinError, UnsatisfiableError
 from envbuild.core.locations import resolve_local
 from envbuild.core.models import Lock, LockedPackage, Request
@@ -572,7 +573,8 @@ def pin(
     name, base = select_tool(tool)
     env = isolated_env(os.environ)
     sdists: tuple[tuple[str, str], ...] = ()
-    with tempfile.TemporaryDirectory(prefix="envbuild-pin-") as tmp:
+    fsio.remove_dead_temp()  # what a SIGKILLed lock left
+    with tempfile.TemporaryDirectory(prefix=fsio.temp_prefix("envbuild-pin-")) as tmp:
         work = Path(tmp)
         (work / "requirements.in").write_text("\n".join(req.requirements) + "\n")
         if req.constraints:
