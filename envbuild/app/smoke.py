@@ -14,6 +14,7 @@ from pathlib import Path
 
 from envbuild import matrix as matrix_data
 from envbuild.app import inputs
+from envbuild.core import fsio
 from envbuild.core.documents import DocumentError, json_loads
 from envbuild.core.errors import SmokeFailed, UserError
 from envbuild.core.fsio import read_input
@@ -98,7 +99,8 @@ def run_on_host(plan: SmokePlan, *, python: str) -> tuple[str, int]:
     """Run `python <payload dir> --plan <tmp>`; (stdout, returncode). Its stderr table is
     captured and shown only when it gives no report (the CLI prints the verdict's table)."""
     timeout_s = smoke.kill_after_s(int(plan.get("timeout_s", 600)))
-    with tempfile.TemporaryDirectory(prefix="envbuild-smoke-") as tmp:
+    fsio.remove_dead_temp()
+    with tempfile.TemporaryDirectory(prefix=fsio.temp_prefix("envbuild-smoke-")) as tmp:
         plan_path = Path(tmp) / "plan.json"
         plan_path.write_text(json.dumps(plan, sort_keys=True, indent=2) + "\n", encoding="utf-8")
         command = [python, str(payload_dir()), "--plan", str(plan_path)]

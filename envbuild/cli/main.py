@@ -7,6 +7,8 @@ the one place that maps errors to exit codes (see `envbuild.core.errors`).
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import sys
 from typing import TYPE_CHECKING, Any
@@ -69,17 +71,28 @@ EXIT_TERMINATED = 143  # what a shell reports for a process ended by SIGTERM (12
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM (kill, timeout, systemd, a CI runner) raised as an exception, so every `finally`
-    and `with` on the way out runs: temp folders go, uv and containers are stopped (whatever
-    cleans up after Ctrl-C cleans up after SIGTERM too)."""
+    """SIGTERM (kill, timeout, systemd, a CI runner) or SIGHUP (the terminal went away) raised
+    as an exception, so every `finally` and `with` on the way out runs: temp folders go, uv and
+    containers are stopped (whatever cleans up after Ctrl-C cleans up after these too)."""
+
+    def __init__(self, signum: int = 15) -> None:
+        super().__init__(signum)
+        self.exit_code = 128 + signum
 
 
-def _raise_terminated(signum: int, frame: object) -> None:
+def _cleaning_up(signum: int, frame: object) -> None:
+    """A second SIGTERM or SIGHUP while the first one's cleanup runs: the cleanup goes on (a
+    CI runner sends SIGTERM twice before SIGKILL). Not SIG_IGN: that would be inherited by the
+    programs the cleanup starts."""
+
+
+def raise_terminated(signum: int, frame: object) -> None:
+    """The SIGTERM and SIGHUP handler of every command (`main`, `envbuild image` in process)."""
     import signal
 
-    # A second SIGTERM while the first one's cleanup runs ends the process at once, quietly.
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    raise Terminated()
+    signal.signal(signal.SIGTERM, _cleaning_up)
+    signal.signal(signal.SIGHUP, _cleaning_up)
+    raise Terminated(signum)
 
 
 def report_error(err: EnvbuildError, *, as_json: bool) -> None:
@@ -142,11 +155,56 @@ def report_bug(exc: Exception, *, as_json: bool) -> None:
     click.echo(f"  next: {hint}", err=True)
 
 
+EXIT_NO_OUTPUT = 3  # an environment failure (errors.EnvironmentFailure): stdout took nothing
+
+
+class _ClosedStdout:
+    """sys.stdout when the process started with file descriptor 1 closed (`>&-`): Python sets
+    it to None and click would drop every line silently; a write fails here instead."""
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.EBADF, "standard output is closed")
+
+    def flush(self) -> None:
+        return None
+
+
+def _output_failed(exc: OSError) -> bool:
+    """True when `exc` is stdout refusing a write (full disk, closed descriptor, I/O error):
+    raised from click.echo or from the final flush of `main`, not from envbuild's own files
+    (those are typed errors already: `envbuild.core.fsio.write_error`)."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    code = tb.tb_frame.f_code if tb is not None else None
+    where = (code.co_filename, code.co_name) if code is not None else ("", "")
+    return where[1] in ("echo", "write", "flush", "main") and (
+        where[0].endswith(("click/utils.py", "cli/main.py")) or exc.errno == errno.EBADF
+    )
+
+
+def report_no_output(exc: OSError) -> None:
+    """The one line (and next step) for output that could not be written: on stderr, the
+    only channel left (also under --json: stdout is what failed)."""
+    reason = exc.strerror or str(exc)
+    hint = (
+        "run it with stdout open (not `>&-`), or send it to a file: > out.txt"
+        if exc.errno == errno.EBADF
+        else "free space where stdout goes, or send it to a file or pipe that takes it"
+    )
+    with contextlib.suppress(OSError, ValueError):
+        click.echo(f"error: cannot write the output to stdout: {reason}", err=True)
+        click.echo(f"  next: {hint}", err=True)
+
+
 def _silence_stdout() -> None:
     # Python's documented recipe for SIGPIPE: point stdout at devnull so the interpreter's
     # final flush does not raise again (docs.python.org/3/library/signal.html#note-on-sigpipe).
     devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (AttributeError, OSError, ValueError):  # no descriptor to point (stdout closed)
+        sys.stdout = os.fdopen(devnull, "w")
 
 
 class EnvbuildGroup(LazyGroup):
@@ -177,15 +235,23 @@ class EnvbuildGroup(LazyGroup):
         except EnvbuildError as err:
             report_error(err, as_json=wants_json)
             ctx.exit(err.exit_code)
-        except Terminated:
-            click.echo("terminated", err=True)
-            ctx.exit(EXIT_TERMINATED)
+        except Terminated as stop:
+            with contextlib.suppress(OSError):  # SIGHUP: the terminal may be gone
+                click.echo("terminated", err=True)
+            ctx.exit(stop.exit_code)
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             ctx.exit(130)
         except BrokenPipeError:
             _silence_stdout()
             ctx.exit(EXIT_BROKEN_PIPE)
+        except OSError as exc:
+            if not _output_failed(exc) or os.environ.get("ENVBUILD_DEBUG"):
+                report_bug(exc, as_json=wants_json)
+                ctx.exit(EXIT_INTERNAL)
+            report_no_output(exc)
+            _silence_stdout()
+            ctx.exit(EXIT_NO_OUTPUT)
         except click.UsageError as err:
             redact_usage(err)
             if not wants_json:
@@ -241,7 +307,10 @@ def main() -> None:
     """The console script (`envbuild = "envbuild.cli.main:main"` in pyproject.toml)."""
     import signal
 
-    signal.signal(signal.SIGTERM, _raise_terminated)
+    signal.signal(signal.SIGTERM, raise_terminated)
+    signal.signal(signal.SIGHUP, raise_terminated)
+    if sys.stdout is None:
+        sys.stdout = _ClosedStdout()
     try:
         try:
             cli(prog_name="envbuild")
@@ -252,3 +321,7 @@ def main() -> None:
     except BrokenPipeError:
         _silence_stdout()
         sys.exit(EXIT_BROKEN_PIPE)
+    except OSError as exc:  # the last flush: stdout full or gone
+        report_no_output(exc)
+        _silence_stdout()
+        sys.exit(EXIT_NO_OUTPUT)

@@ -425,3 +425,47 @@ def is_own_folder(folder: Path) -> bool:
         if path.is_file():
             found.add(path.relative_to(folder).as_posix())
     return found == listed
+
+
+TEMP_PREFIXES = ("envbuild-headstart-", "envbuild-pin-", "envbuild-smoke-", "envbuild-ctx-")
+"""envbuild's own temp folders, each named `<prefix><pid>-<random>` (`temp_prefix`)."""
+
+
+def temp_prefix(prefix: str) -> str:
+    """The name start of a temp folder of this process: `prefix` and the pid, so that a
+    folder left by a SIGKILLed envbuild is known for one (`remove_dead_temp`)."""
+    return f"{prefix}{os.getpid()}-"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: someone else's process, alive
+        return True
+    return True
+
+
+def remove_dead_temp() -> None:
+    """Remove envbuild's temp folders (TEMP_PREFIXES) whose process is gone: SIGKILL and power
+    loss skip every `finally`. Only this user's folders, never through a symlink; a folder
+    whose pid is alive (or was reused) is left alone. Best effort."""
+    import shutil
+    import tempfile
+
+    for base in {tempfile.gettempdir(), os.environ.get("TMPDIR") or "/tmp"}:
+        try:
+            names = os.listdir(base)
+        except OSError:
+            continue
+        for name in names:
+            prefix = next((p for p in TEMP_PREFIXES if name.startswith(p)), None)
+            pid = name[len(prefix) :].split("-", 1)[0] if prefix else ""
+            if not pid.isdigit() or _alive(int(pid)):
+                continue
+            path = os.path.join(base, name)
+            with contextlib.suppress(OSError):
+                info = os.lstat(path)
+                if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid():
+                    shutil.rmtree(path, ignore_errors=True)

@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from envbuild.core import fsio
 from envbuild.core.errors import BuildError, UserError
 from envbuild.engine.docker import BuildStream, DockerEngine
 from envbuild.engine.protocol import BuildResult, ProgressFn, RunResult, RunSpec
@@ -176,7 +177,8 @@ class BuildxEngine:
         pull: bool = False,
     ) -> BuildResult:
         stream = BuildStream(progress)
-        with tempfile.TemporaryDirectory(prefix="envbuild-ctx-") as tmp:
+        fsio.remove_dead_temp()
+        with tempfile.TemporaryDirectory(prefix=fsio.temp_prefix("envbuild-ctx-")) as tmp:
             root = Path(tmp) / "context"
             root.mkdir()
             write_context(context, root)

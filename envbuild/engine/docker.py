@@ -399,8 +399,10 @@ class DockerEngine:
             ) from None
         finally:
             if container is None:
+                # A slow engine may answer the lookup late too: asked again for a while.
+                get = functools.partial(self.client.containers.get, kwargs["name"])
                 with contextlib.suppress(docker.errors.DockerException, requests.RequestException):
-                    container = self.client.containers.get(kwargs["name"])
+                    container = answered_by(time.monotonic() + LOGS_GRACE_S, get)[1]
             if container is not None:
                 self._remove_container(container)
 

@@ -585,13 +585,18 @@ def host_from_facts(facts: dict[str, Any], *, gpu_cc: Callable[[str], str] | Non
                 raise _facts_error(f"gpus[{i}] has no 'cc', and {err.message}", where) from None
         if not isinstance(cc, str) or not re.fullmatch(r"\d+\.\d+", cc):
             raise _facts_error(f"gpus[{i}] needs 'cc' as \"major.minor\" (got {cc!r})", where)
-        mem = g.get("memory_mib") or 0
+        mem, index = g.get("memory_mib") or 0, g.get("index", i)
+        for key, value in (("memory_mib", mem), ("index", index)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise _facts_error(
+                    f"gpus[{i}] needs '{key}' as a whole number (got {value!r})", where
+                )
         gpus.append(
             HostGpu(
                 name=g["name"],
                 cc=cc,
-                memory_mib=int(mem),
-                index=int(g.get("index", i)),
+                memory_mib=mem,
+                index=index,
                 uuid=str(g.get("uuid") or ""),
                 brand=str(g.get("brand") or ""),
             )

@@ -218,7 +218,9 @@ def _private_folder() -> str:
     shutil's archive modules, would be most of this module's start)."""
     base = os.environ.get("TMPDIR") or "/tmp"
     for _ in range(8):
-        path = os.path.join(base, f"envbuild-headstart-{os.urandom(6).hex()}")
+        # The pid in the name: a folder left by a SIGKILLed lock is removed by the next
+        # (`envbuild.core.fsio.remove_dead_temp`).
+        path = os.path.join(base, f"envbuild-headstart-{os.getpid()}-{os.urandom(6).hex()}")
         try:
             os.mkdir(path, 0o700)
             return path
@@ -282,14 +284,15 @@ class Started:
             for name in ("stdout", "stderr"):
                 flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
                 self._fds.append(os.open(os.path.join(self.home, name), flags, 0o600))
-            # Its own session: close() ends whatever uv started too (os.killpg).
+            # In envbuild's own process group, not a session of its own: a SIGHUP of the
+            # terminal or a SIGKILL of the group ends uv with envbuild (docs/reliability.md,
+            # "Signals and processes"); close() kills it when envbuild ends on its own.
             self.proc = subprocess.Popen(
                 specific(argv, self.work),
                 cwd=self.work,
                 env=self.env,
                 stdout=self._fds[0],
                 stderr=self._fds[1],
-                start_new_session=True,
             )
         except BaseException:
             self.close()
@@ -316,10 +319,8 @@ class Started:
     def close(self) -> None:
         """Kill uv if it still runs; remove its folder and output."""
         if self.proc is not None and self.proc.poll() is None:
-            import signal
-
             with contextlib.suppress(OSError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.kill()
             self.proc.wait()
         for fd in self._fds:
             os.close(fd)

@@ -29,6 +29,7 @@ from packaging.markers import InvalidMarker, Marker
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from envbuild.core import fsio
 from envbuild.core.errors import PinError, UnsatisfiableError
 from envbuild.core.locations import resolve_local
 from envbuild.core.models import Lock, LockedPackage, Request, free_threaded_minor
@@ -104,9 +105,19 @@ class PinResult:
 
 
 def run_subprocess(argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> RunResult:
-    proc = subprocess.run(
-        list(argv), cwd=cwd, env=dict(env), capture_output=True, text=True, check=False
-    )
+    """Run the resolver; PinError (exit 3) when it cannot be started at all (missing, not
+    executable, a folder) or its output is not text."""
+    try:
+        proc = subprocess.run(
+            list(argv), cwd=cwd, env=dict(env), capture_output=True, text=True, check=False
+        )
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "its output is not UTF-8 text"
+        raise PinError(
+            f"cannot run {argv[0]}: {reason}",
+            hint="install uv (pip install uv), or point ENVBUILD_UV at a working uv",
+            fields={"tool": str(argv[0])},
+        ) from None
     return RunResult(proc.returncode, proc.stdout, proc.stderr)
 
 
@@ -284,7 +295,22 @@ def target_environment(python: str, platform: str) -> dict[str, str]:
 
 
 def parse_pylock(text: str, req: PinRequest) -> tuple[LockedPackage, ...]:
-    """uv's PEP 751 output -> LockedPackage per package that applies to the target."""
+    """uv's PEP 751 output -> LockedPackage per package that applies to the target; PinError
+    (exit 3) when it is not a pylock.toml of the shape uv writes (a broken or foreign uv)."""
+    from envbuild.core.documents import DocumentError
+
+    try:
+        return _parse_pylock(text, req)
+    except (DocumentError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise PinError(
+            f"uv's answer is not a pylock.toml envbuild can read ({type(exc).__name__}: "
+            f"{str(exc)[:200]})",
+            hint="check the uv it runs (`uv --version`; ENVBUILD_UV names another), or "
+            "reinstall it: pip install uv",
+        ) from None
+
+
+def _parse_pylock(text: str, req: PinRequest) -> tuple[LockedPackage, ...]:
     from envbuild.request.parse import toml_loads
 
     data = toml_loads(text)
@@ -549,7 +575,8 @@ def pin(
     name, base = select_tool(tool)
     env = isolated_env(os.environ)
     sdists: tuple[tuple[str, str], ...] = ()
-    with tempfile.TemporaryDirectory(prefix="envbuild-pin-") as tmp:
+    fsio.remove_dead_temp()  # what a SIGKILLed lock left
+    with tempfile.TemporaryDirectory(prefix=fsio.temp_prefix("envbuild-pin-")) as tmp:
         work = Path(tmp)
         (work / "requirements.in").write_text("\n".join(req.requirements) + "\n")
         if req.constraints:

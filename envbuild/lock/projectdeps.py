@@ -45,6 +45,12 @@ from envbuild.request.sourcetree import file_sha256, inside_repo
 
 # pip's requirements-file options that name another file; everything else that starts with
 # "-" is refused (index options belong in [indexes], so one request locks from one place).
+MAX_INCLUDE_DEPTH = 32
+"""How deep `-r`/`-c` files and `include-group`s may nest (envbuild.core.documents' nesting
+limit for the same reason: deeper is an input's own error, exit 2, not a RecursionError)."""
+MAX_EXTRAS = 256
+"""Extras one lock expands (each once): a chain of `a = ["me[b]"]` longer than this is no
+project's, and would end in a RecursionError."""
 _INCLUDE = re.compile(r"^(-r|--requirement|-c|--constraint)(?:\s*=\s*|\s+)(\S+)$")
 _INDEX_OPTIONS = (
     "-i",
@@ -263,6 +269,13 @@ def _add_extra(reader: Reader, project: _Project, extra: str, expanding: set[str
         )
     if key in expanding:
         return  # `all = ["me[a]"]`, `a = ["me[all]"]`: each extra once
+    if len(expanding) >= MAX_EXTRAS:
+        raise RequestError(
+            f"{project.rel}: its extras name the project's own extras more than {MAX_EXTRAS} "
+            "times over",
+            hint="list the requirements in fewer extras",
+            fields={"path": project.rel},
+        )
     expanding.add(key)
     where = f"{project.rel} [project.optional-dependencies] {key}"
     for text in _strings(table[key], where):
@@ -284,6 +297,12 @@ def _group(
             f"{start}{rel} has no dependency group {group!r} (its groups: {known})",
             hint="name a group of [dependency-groups]",
             fields={"group": group, "path": rel},
+        )
+    if len(stack) >= MAX_INCLUDE_DEPTH:
+        raise RequestError(
+            f"{rel}: [dependency-groups] {stack[0]} includes groups {MAX_INCLUDE_DEPTH} deep",
+            hint=f"include at most {MAX_INCLUDE_DEPTH} groups deep (PEP 735 include-group)",
+            fields={"path": rel},
         )
     if key in stack:
         raise RequestError(
@@ -351,10 +370,18 @@ def _logical_lines(text: str) -> list[tuple[int, str]]:
     return out
 
 
-def _requirements_file(reader: Reader, path: Path, *, constraint: bool) -> None:
+def _requirements_file(reader: Reader, path: Path, *, constraint: bool, depth: int = 0) -> None:
     rel = reader.name(path)
     if path in reader.seen:
         return
+    if depth > MAX_INCLUDE_DEPTH:
+        raise RequestError(
+            f"{rel}: requirements files include each other (-r/-c) more than "
+            f"{MAX_INCLUDE_DEPTH} deep",
+            hint=f"name the files in [packages] files instead of a chain over "
+            f"{MAX_INCLUDE_DEPTH} long",
+            fields={"path": rel},
+        )
     reader.seen.add(path)
     try:
         text = read_input(path, what="requirements file").decode("utf-8")
@@ -376,7 +403,10 @@ def _requirements_file(reader: Reader, path: Path, *, constraint: bool) -> None:
                     fields={"origin": origin},
                 )
             _requirements_file(
-                reader, nested, constraint=constraint or option in ("-c", "--constraint")
+                reader,
+                nested,
+                constraint=constraint or option in ("-c", "--constraint"),
+                depth=depth + 1,
             )
             continue
         if ownproject.own_path_line(reader, path, line, origin):

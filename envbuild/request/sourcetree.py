@@ -624,7 +624,14 @@ def top_level(folder: Path, user_rules: Sequence[str]) -> tuple[list[str], list[
 
 def _refuse_link(link: Path, rel: str, root: Path) -> Path:
     """The file a symlink names, when it is a file inside the project folder."""
-    target = link.resolve()
+    try:
+        target = link.resolve()
+    except (RuntimeError, OSError):  # a loop (`a -> b -> a`, `self -> self`): pathlib raises
+        raise UserError(
+            f"the project file {rel} is a symlink loop",
+            hint="remove the link, or add it to [project] ignore",
+            fields={"path": rel},
+        ) from None
     if target.is_file() and root in target.parents:
         return target
     raise UserError(

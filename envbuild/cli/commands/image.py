@@ -7,12 +7,12 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from types import FrameType
 from typing import Any, TextIO
 
 import click
 
 from envbuild.cli import console
+from envbuild.cli.main import raise_terminated
 from envbuild.cli.options import (
     build_inputs,
     gpu_choice,
@@ -61,10 +61,6 @@ class Progress:
 
     def close(self) -> None:
         self._clear()
-
-
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
 
 
 def _print_outcome(doc: dict[str, Any]) -> None:
@@ -271,10 +267,11 @@ def command(
     page.check_path(report_path)
 
     progress = Progress(sys.stderr, tty=sys.stderr.isatty())
-    # A CI runner stops jobs with SIGTERM: turn it into the Ctrl-C path, whose `finally`
-    # blocks remove the smoke container and the candidate (Python's default dies without them).
+    # A CI runner stops jobs with SIGTERM: the Ctrl-C path, whose `finally` blocks remove
+    # the smoke container and the candidate, then exit 143 (`main`'s handler; set here too
+    # for a caller that runs the command in process).
     main = threading.current_thread() is threading.main_thread()  # signal() needs main
-    previous = signal.signal(signal.SIGTERM, _interrupt) if main else None
+    previous = signal.signal(signal.SIGTERM, raise_terminated) if main else None
     try:
         outcome = image.build_image(
             image_dir=image_dir,
@@ -307,7 +304,8 @@ def command(
         _failed_page(report_path, image_dir, err, None)
         raise
     finally:
-        if main:
+        # Not while a SIGTERM's cleanup runs (its handler is then `_cleaning_up`).
+        if main and signal.getsignal(signal.SIGTERM) is raise_terminated:
             signal.signal(signal.SIGTERM, previous)
         progress.close()
     doc = _passed_doc(outcome, report_path)

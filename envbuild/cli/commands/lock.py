@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
     "upgrade_packages",
     multiple=True,
     metavar="NAME",
+    callback=lambda _ctx, _param, names: _package_names(names),
     help="Re-resolve NAME only (repeatable); other previous picks are kept.",
 )
 @click.option("--offline", is_flag=True, help="Use only the uv cache; fail if it is not enough.")
@@ -197,3 +199,19 @@ def _built_from_source(lock: Lock) -> list[dict[str, Any]]:
         for p in lock.packages
         if p.sdist
     ]
+
+
+# PEP 508 names (packaging.utils' own rule): what reaches uv after --upgrade-package.
+_NAME = re.compile(r"^([A-Z0-9]|[A-Z0-9][A-Z0-9._-]*[A-Z0-9])$", re.IGNORECASE)
+
+
+def _package_names(names: tuple[str, ...]) -> tuple[str, ...]:
+    """--upgrade-package values: package names only. Click takes the word after the option as
+    its value, so `--upgrade-package --offline` would hand uv an option as a name."""
+    for name in names:
+        if not _NAME.match(name):
+            raise click.BadParameter(
+                f"{name!r} is not a package name (write --upgrade-package NAME, e.g. numpy)",
+                param_hint="--upgrade-package",
+            )
+    return names
