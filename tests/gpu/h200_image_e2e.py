@@ -404,7 +404,7 @@ def save(results: dict[str, Any]) -> None:
     """Every output file from what is known so far: a run cut short still leaves its part."""
     passing = results.get("image") or {}
     validate = results.get("validate") or {}
-    mine = ("faults", "image", "ext", "project", "real")
+    mine = ("faults", "image", "ext", "project", "real", "evidence")
     files = {
         "h200-image-e2e.json": passing.get("json") or passing,
         "h200-validate-image.json": validate.get("json") or validate,
@@ -413,6 +413,7 @@ def save(results: dict[str, Any]) -> None:
         "h200-torch-ext-image.json": results.get("ext") or {},
         "h200-torch-project-image.json": results.get("project") or {},
         "h200-real-mingpt.json": results.get("real") or {},
+        "h200-evidence.json": results.get("evidence") or {},
     }
     for name, doc in files.items():
         (OUT / name).write_text(json.dumps(doc, indent=2) + "\n")
@@ -465,6 +466,71 @@ def main() -> int:
     return 0 if all(checks.values()) else 1
 
 
+def evidence_step(folder: Path, tag: str) -> dict[str, Any]:
+    """The pass signed (issue 31): the attestation records this GPU, driver and attachment,
+    verify lists it, and validate on this host says it was proven here before."""
+    keys = OUT / "evidence"
+    shutil.rmtree(keys, ignore_errors=True)
+    keys.mkdir(parents=True)
+    run(
+        [
+            "openssl",
+            "genpkey",
+            "-algorithm",
+            "EC",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-out",
+            str(keys / "e2e.key"),
+        ]
+    )
+    run(["openssl", "pkey", "-in", str(keys / "e2e.key"), "-pubout", "-out", str(keys / "e2e.pub")])
+    out: dict[str, Any] = {
+        "sign": envbuild(
+            "image",
+            str(folder),
+            "--tag",
+            tag,
+            "--json",
+            "--sign-key",
+            str(keys / "e2e.key"),
+            "--evidence",
+            str(keys),
+            timeout=1500,
+        )
+    }
+    signed = (out["sign"]["json"] or {}).get("evidence") or {}
+    bundle = signed.get("bundle", "")
+    image_id = docker("image", "inspect", "--format", "{{.Id}}", tag)["stdout_tail"]
+    digest = image_id[-1] if image_id else ""
+    out["verify"] = envbuild(
+        "verify",
+        "--attestation",
+        bundle,
+        "--key",
+        str(keys / "e2e.pub"),
+        "--digest",
+        digest,
+        "--lock",
+        str(folder),
+        "--json",
+    )
+    out["validate"] = envbuild(
+        "validate", tag, "--evidence", bundle, "--key", str(keys / "e2e.pub"), "--json", timeout=900
+    )
+    proven = (out["verify"]["json"] or {}).get("proven_on") or []
+    checks = (out["validate"]["json"] or {}).get("checks") or []
+    out["ok"] = (
+        out["sign"]["rc"] == 0
+        and out["verify"]["rc"] == 0
+        and any(p.get("cc") == "9.0" and "H200" in p.get("product", "") for p in proven)
+        and any(c.get("check") == "proven" and c.get("status") == "pass" for c in checks)
+    )
+    (keys / "e2e.key").unlink()  # the private key never leaves this machine
+    log(f"  evidence: ok={out['ok']} proven_on={proven}")
+    return out
+
+
 def main_request(results: dict[str, Any], device: dict[str, str] | None) -> dict[str, bool]:
     """The framework's own request on the base: lock, image, validate, host smoke, faults."""
     folder = WORK / "torch-base"
@@ -480,6 +546,8 @@ def main_request(results: dict[str, Any], device: dict[str, str] | None) -> dict
     lock_sha = hashlib.sha256(lock_path.read_bytes()).hexdigest() if lock_path.exists() else ""
     results["image"] = image(folder, f"{TAG}:ok", expect=0, lock_sha=lock_sha)
     save(results)
+    results["evidence"] = evidence_step(folder, f"{TAG}:ok")
+    save(results)
     results["validate"] = envbuild("validate", f"{TAG}:ok", "--json", timeout=900)
     results["host_smoke"] = envbuild("smoke", "--lock", str(folder), "--json", timeout=900)
     summary(results)
@@ -489,6 +557,7 @@ def main_request(results: dict[str, Any], device: dict[str, str] | None) -> dict
         "lock": results["lock"]["rc"] == 0,
         "image": results["image"]["ok"],
         "validate": results["validate"]["rc"] == 0,
+        "evidence": bool(results["evidence"]["ok"]),
         "host_smoke": results["host_smoke"]["rc"] == 0,
         **{name: f["ok"] for name, f in results["faults"].items()},
     }
