@@ -5,13 +5,14 @@
 #               from Debian 13 (trixie): docker.io 26.1.5, the newest Debian ships (CDI since 25)
 #   uv.xz       this venv's uv, xz-compressed (`envbuild lock` of extra packages there, --offline)
 #   whl/        the wheels envbuild needs there and the H200 image lacks (docker, tomlkit; it
-#               has click, jinja2, requests, urllib3, packaging, nvidia-ml-py)
+#               has click, jinja2, requests, urllib3, packaging, nvidia-ml-py; the signing and
+#               SBOM libraries with their dependencies)
 # Run it where Debian's mirror and PyPI answer:  bash tests/gpu/make_engine_bundle.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DEST=.cache/h200
 PY=${PY:-.venv/bin/python}
-WHEELS=${WHEELS:-docker tomlkit}
+WHEELS=${WHEELS:-docker tomlkit pathspec securesystemslib cryptography cffi pycparser cyclonedx-python-lib packageurl-python py-serializable defusedxml sortedcontainers license-expression boolean.py}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$DEST" "$tmp/debs" "$tmp/x" "$tmp/bin"
