@@ -17,7 +17,7 @@ from envbuild.app import inputs
 from envbuild.core import resources
 from envbuild.core.documents import DocumentError, json_loads
 from envbuild.core.errors import EnvbuildError, UserError
-from envbuild.core.fsio import read_input, write_atomic
+from envbuild.core.fsio import read_input, write_output
 from envbuild.core.models import Lock
 from envbuild.host.probe import host_from_facts, load_facts_file
 from envbuild.lock.format import lock_sha256, read_lock_text
@@ -102,8 +102,8 @@ def slurm_script(
     )
     body = (resources.templates_dir() / SLURM_BODY).read_text(encoding="utf-8")
     text = slurm_rules.sbatch_script(run, body)
-    write_atomic(output, text)
-    output.chmod(0o755)
+    if not write_output(output, text, what="the sbatch script"):  # "" for a regular file
+        output.chmod(0o755)
     return SlurmScript(path=output, run_name=name, shared=shared, text=text)
 
 
@@ -205,7 +205,7 @@ def k8s_jobs(
     if not docs:
         why = "; ".join(f"{p.gpu_class.name}: {p.excluded}" for p in excluded)
         raise UserError(f"the lock runs on none of the GPU classes: {why}", hint="re-lock for them")
-    write_atomic(output, reports.to_yaml_documents(docs))
+    write_output(output, reports.to_yaml_documents(docs), what="the Jobs manifest")
     jobs = tuple(
         (
             d["metadata"]["name"],
@@ -310,10 +310,10 @@ def results(
     except EnvbuildError as err:
         if junit is not None:
             check = Check("error", "fail", err.message, err.hint)
-            write_atomic(junit, reports.junit_xml([("envbuild.fleet", (check,))]))
+            write_output(junit, reports.junit_xml([("envbuild.fleet", (check,))]), what="--junit")
         raise
     if junit is not None:
-        write_atomic(junit, reports.junit_xml(view.junit_suites()))
+        write_output(junit, reports.junit_xml(view.junit_suites()), what="--junit")
     return view
 
 

@@ -469,7 +469,10 @@ class _Walk:
     def link_secret(self, link: Path) -> str:
         """Why a symlink is a secret, judged by its target inside the project folder ("" when
         it is not one, or points elsewhere: `_refuse_link` decides those)."""
-        target = link.resolve()
+        try:
+            target = link.resolve()
+        except (RuntimeError, OSError):  # a loop: `_refuse_link` refuses it with its words
+            return ""
         if root_holds(self.root, target) and target != self.root:
             rel = target.relative_to(self.root).as_posix()
             secrets = next(layer for layer in self.last if layer.source == SECRET_WHY)
