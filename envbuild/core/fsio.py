@@ -461,8 +461,9 @@ def remove_dead_temp() -> None:
             continue
         for name in names:
             prefix = next((p for p in TEMP_PREFIXES if name.startswith(p)), None)
-            pid = name[len(prefix) :].split("-", 1)[0] if prefix else ""
-            if not pid.isdigit() or _alive(int(pid)):
+            # `<pid>-<random>` only: an older envbuild's `<random>` may be all digits.
+            pid, dash, _ = name[len(prefix) :].partition("-") if prefix else ("", "", "")
+            if not dash or not pid.isdigit() or _alive(int(pid)):
                 continue
             path = os.path.join(base, name)
             with contextlib.suppress(OSError):

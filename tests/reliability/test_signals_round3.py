@@ -229,6 +229,7 @@ def test_only_dead_envbuild_temp_folders_are_removed(
         "alive": f"envbuild-pin-{os.getpid()}-ghi",
         "other": "envbuild-notours-1-x",
         "no-pid": "envbuild-pin-abc",
+        "older": f"envbuild-headstart-{child.pid}",  # an older envbuild's random part, digits
     }
     for name in names.values():
         (tmp_path / name).mkdir()
@@ -236,7 +237,7 @@ def test_only_dead_envbuild_temp_folders_are_removed(
     fsio.remove_dead_temp()
     left = sorted(p.name for p in tmp_path.iterdir())
     assert names["dead"] not in left and names["dead-headstart"] not in left
-    assert {names["alive"], names["other"], names["no-pid"]} <= set(left)
+    assert {names["alive"], names["other"], names["no-pid"], names["older"]} <= set(left)
     assert f"envbuild-smoke-{child.pid}-link" in left  # a link is never followed or removed
 
 

@@ -16,8 +16,10 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import subprocess
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -29,7 +31,7 @@ import urllib3.exceptions
 from envbuild.core.errors import EngineError
 from envbuild.engine.docker import DockerEngine, answered_by, stalled
 from envbuild.engine.protocol import RunSpec
-from tests.reliability.helpers import E2E_BASE, containers, docker_ok
+from tests.reliability.helpers import E2E_BASE, docker_ok
 
 ENGINE_SOCKET = "/var/run/docker.sock"
 
@@ -165,6 +167,17 @@ class StallingProxy:
         self.server.close()
 
 
+def _ours(marker: str) -> list[str]:
+    """The containers (any state) this test labelled: other users share the engine."""
+    done = subprocess.run(
+        ["docker", "ps", "-a", "-q", "--filter", f"label=envbuild.test={marker}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.split()
+
+
 @pytest.fixture
 def proxy(tmp_path: Path) -> Iterator[StallingProxy]:
     if not (os.path.exists(ENGINE_SOCKET) and docker_ok()):
@@ -178,19 +191,19 @@ def proxy(tmp_path: Path) -> Iterator[StallingProxy]:
 def test_a_smoke_run_survives_polls_the_engine_answers_too_late(proxy: StallingProxy) -> None:
     engine = DockerEngine(base_url=f"unix://{proxy.path}")
     engine.client.api.timeout = 1  # docker-py's read timeout, 120 s in production
-    before = containers()
+    marker = f"slow-engine-{uuid.uuid4().hex}"
     spec = RunSpec(
         image=E2E_BASE,
         command=("sh", "-c", "sleep 2; echo smoke-done"),
         gpus=False,
         timeout_s=60,
-        labels={"envbuild.role": "smoke", "envbuild.test": "slow-engine"},
+        labels={"envbuild.role": "smoke", "envbuild.test": marker},
     )
     result = engine.run(spec)
     assert proxy.held == 2  # two polls were held past the client's timeout
     assert (result.exit_code, result.timed_out) == (0, False), result
     assert "smoke-done" in result.stdout
-    assert not (containers() - before), "the smoke container was left"
+    assert _ours(marker) == [], "the smoke container was left"
 
 
 @pytest.mark.engine
@@ -199,6 +212,7 @@ def test_the_smoke_deadline_still_ends_a_run_whose_polls_all_stall(tmp_path: Pat
         pytest.skip(f"no Docker engine at {ENGINE_SOCKET}, or {E2E_BASE} is missing")
     # Every poll until past the deadline is held; then the engine answers again.
     proxy = StallingProxy(tmp_path / "dead.sock", stalls=10**6, hold_s=1.5, window_s=5)
+    marker = f"slow-engine-{uuid.uuid4().hex}"
     try:
         engine = DockerEngine(base_url=f"unix://{proxy.path}")
         engine.client.api.timeout = 1
@@ -207,7 +221,7 @@ def test_the_smoke_deadline_still_ends_a_run_whose_polls_all_stall(tmp_path: Pat
             command=("sleep", "30"),
             gpus=False,
             timeout_s=3,
-            labels={"envbuild.role": "smoke", "envbuild.test": "slow-engine"},
+            labels={"envbuild.role": "smoke", "envbuild.test": marker},
         )
         started = time.monotonic()
         result = engine.run(spec)
@@ -216,6 +230,7 @@ def test_the_smoke_deadline_still_ends_a_run_whose_polls_all_stall(tmp_path: Pat
         assert result.timed_out and result.exit_code is None
         assert proxy.held >= 2
         assert 3 <= time.monotonic() - started < 30
+        assert _ours(marker) == [], "the smoke container was left"
     except EngineError as err:
         raise AssertionError(f"a stalled poll ended the run: {err}") from None
     finally:
