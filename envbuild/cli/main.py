@@ -87,9 +87,14 @@ def _cleaning_up(signum: int, frame: object) -> None:
 
 
 def raise_terminated(signum: int, frame: object) -> None:
-    """The SIGTERM and SIGHUP handler of every command (`main`, `envbuild image` in process)."""
+    """The SIGTERM and SIGHUP handler of every command (`main`, `envbuild image` in process).
+    Inside a child's start it only notes the signal (`envbuild.core.interrupts`)."""
     import signal
 
+    from envbuild.core import interrupts
+
+    if interrupts.deferred(signum):
+        return
     signal.signal(signal.SIGTERM, _cleaning_up)
     signal.signal(signal.SIGHUP, _cleaning_up)
     raise Terminated(signum)

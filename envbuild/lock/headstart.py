@@ -34,7 +34,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from envbuild.core import usercache
+from envbuild.core import interrupts, usercache
 from envbuild.lock import wheelhashes
 from envbuild.lock.uvenv import find_uv, isolated_env
 
@@ -287,13 +287,14 @@ class Started:
             # In envbuild's own process group, not a session of its own: a SIGHUP of the
             # terminal or a SIGKILL of the group ends uv with envbuild (docs/reliability.md,
             # "Signals and processes"); close() kills it when envbuild ends on its own.
-            self.proc = subprocess.Popen(
-                specific(argv, self.work),
-                cwd=self.work,
-                env=self.env,
-                stdout=self._fds[0],
-                stderr=self._fds[1],
-            )
+            with interrupts.start_child():  # a SIGTERM lands after self.proc is set
+                self.proc = subprocess.Popen(
+                    specific(argv, self.work),
+                    cwd=self.work,
+                    env=self.env,
+                    stdout=self._fds[0],
+                    stderr=self._fds[1],
+                )
         except BaseException:
             self.close()
             raise

@@ -29,7 +29,7 @@ from packaging.markers import InvalidMarker, Marker
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from envbuild.core import fsio
+from envbuild.core import fsio, interrupts
 from envbuild.core.errors import PinError, UnsatisfiableError
 from envbuild.core.locations import resolve_local
 from envbuild.core.models import Lock, LockedPackage, Request, free_threaded_minor
@@ -106,19 +106,40 @@ class PinResult:
 
 def run_subprocess(argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> RunResult:
     """Run the resolver; PinError (exit 3) when it cannot be started at all (missing, not
-    executable, a folder) or its output is not text."""
+    executable, a folder) or its output is not text. A SIGTERM at any moment stops it: one
+    during its start is held until the child is ours to kill (`envbuild.core.interrupts`)."""
+    held = interrupts.start_child()
     try:
-        proc = subprocess.run(
-            list(argv), cwd=cwd, env=dict(env), capture_output=True, text=True, check=False
+        proc = subprocess.Popen(
+            list(argv),
+            cwd=cwd,
+            env=dict(env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) else "its output is not UTF-8 text"
-        raise PinError(
-            f"cannot run {argv[0]}: {reason}",
-            hint="install uv (pip install uv), or point ENVBUILD_UV at a working uv",
-            fields={"tool": str(argv[0])},
-        ) from None
-    return RunResult(proc.returncode, proc.stdout, proc.stderr)
+    except OSError as exc:
+        held.release()
+        raise _cannot_run(argv, exc.strerror) from None
+    with proc:
+        try:
+            held.release()
+            out, err = proc.communicate()
+        except UnicodeDecodeError:
+            proc.kill()
+            raise _cannot_run(argv, "its output is not UTF-8 text") from None
+        except BaseException:  # SIGTERM (Terminated), Ctrl-C: uv must not outlive envbuild
+            proc.kill()
+            raise
+    return RunResult(proc.returncode, out, err)
+
+
+def _cannot_run(argv: Sequence[str], reason: str | None) -> PinError:
+    return PinError(
+        f"cannot run {argv[0]}: {reason}",
+        hint="install uv (pip install uv), or point ENVBUILD_UV at a working uv",
+        fields={"tool": str(argv[0])},
+    )
 
 
 # --- tool selection ----------------------------------------------------------------------------

@@ -44,7 +44,8 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 def _wait_for(proc: subprocess.Popen[str], marker: Path, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
-    while not marker.exists():
+    # The marker is written in two steps (created, then its line): wait for the line.
+    while not (marker.exists() and marker.read_text().strip()):
         if proc.poll() is not None:
             out, err = proc.communicate()
             raise AssertionError(f"the child ended first: {out}{err}")
