@@ -101,7 +101,7 @@ ensure_base() {
 }
 
 # The same base for linux/arm64 (step 5c): debootstrap runs the arm64 packages' maintainer
-# scripts under qemu-aarch64 (tools/enable-arm64-emulation first). Measured here: about 7 min.
+# scripts under qemu-aarch64 (tools/enable-arm64-emulation first). Measured here: 3 to 7 min.
 ensure_base_arm64() {
     if docker image inspect "$BASE_ARM64" >/dev/null 2>&1; then return; fi
     command -v debootstrap >/dev/null || apt_install debootstrap
