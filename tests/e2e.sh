@@ -21,6 +21,10 @@
 #   5b. verify REG/REPO@digest -> exit 0; promote the base (no attestation) -> exit 9; a forged
 #      attestation attached to the base -> verify 22, promote 9; promote step 5's digest
 #      -> an OCI index naming it, linux/amd64
+#   5c. two architectures (E2E_ARM64=1, the default): images/jax-cpu built natively and
+#      images/jax-cpu-arm64 built and smoke-tested under qemu-aarch64 (binfmt_misc), both
+#      pushed to one repository; promote refused (9) while the arm64 image has no attestation,
+#      then exit 0 after it is signed: an OCI index naming linux/amd64 and linux/arm64
 #   6. Podman through its Docker-compatible API (`podman system service`) on a copy of
 #      images/torch-cpu (1 GB; torch CPU from E2E_WHEELS=/opt/wheels) locked pinned to the
 #      local registry's base as in step 4   -> exit 0, tagged in Podman with the labels
@@ -33,14 +37,17 @@
 #   8. images/torch-ext: a CUDA extension compiled for the lock's GPUs (about 7 min on 2 cores from a clean clone)
 # `bash tests/e2e.sh prepare` only starts the engine and makes the base image (.ci/run uses it
 # so the engine-marked tests of `make check` run too). E2E_SLURM=0, E2E_PODMAN=0, E2E_PROJECT=0
-# and E2E_TORCH_EXT=0 skip steps 5b, 6, 7 and 8; E2E_REGISTRY_PORT (5955) is the registry's port when
-# free. One run at a time per machine (flock): see below.
+# and E2E_TORCH_EXT=0 skip steps 5a, 6, 7 and 8, E2E_ARM64=0 step 5c; E2E_ONLY=5c runs only
+# step 5c (with the engine, the bases and the registry it needs); E2E_REGISTRY_PORT (5955) is
+# the registry's port when free. One run at a time per machine (flock): see below.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 ENVBUILD=${ENVBUILD:-.venv/bin/envbuild}
 PY=${PY:-.venv/bin/python}
 BASE=envbuild-e2e/base:bookworm
+BASE_ARM64=envbuild-e2e/base-arm64:bookworm
+E2E_ARM64=${E2E_ARM64:-1}
 IMAGE_DIR=${E2E_IMAGE_DIR:-images/torch-slim}
 CA_CERT=${E2E_CA_CERT:-/etc/ssl/certs/ca-certificates.crt}
 DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
@@ -95,6 +102,27 @@ ensure_base() {
     chroot "$root" apt-get clean
     tar -C "$root" -c . | docker import - "$BASE"
     rm -rf "$root"
+}
+
+# The same base for linux/arm64 (step 5c): debootstrap runs the arm64 packages' maintainer
+# scripts under qemu-aarch64 (tools/enable-arm64-emulation first). Measured here: 3 to 7 min.
+ensure_base_arm64() {
+    if docker image inspect "$BASE_ARM64" >/dev/null 2>&1; then return; fi
+    command -v debootstrap >/dev/null || apt_install debootstrap
+    local root="$WORK/rootfs-arm64"
+    say "making $BASE_ARM64 with debootstrap --arch=arm64 under emulation (no registry needed)"
+    rm -rf "$root"
+    run debootstrap --arch=arm64 --variant=minbase --include=python3,python3-venv,ca-certificates \
+        bookworm "$root" "$DEBIAN_MIRROR"
+    chroot "$root" apt-get clean
+    # Not `docker import --platform linux/arm64`: Docker 20.10 records amd64 whatever it is
+    # told (tools/rootfs-image says more), so the archive is written with arm64 in its config.
+    tar -C "$root" -c . >"$WORK/rootfs-arm64.tar"
+    run tools/rootfs-image "$WORK/rootfs-arm64.tar" "$WORK/base-arm64.tar" "$BASE_ARM64" arm64 v8
+    run docker load -i "$WORK/base-arm64.tar"
+    rm -rf "$root" "$WORK/rootfs-arm64.tar" "$WORK/base-arm64.tar"
+    [ "$(docker image inspect --format '{{.Os}}/{{.Architecture}}' "$BASE_ARM64")" = linux/arm64 ] ||
+        fail "$BASE_ARM64 is not linux/arm64"
 }
 
 # Background services this script starts (registry, Podman's API) stop with it, by their ids.
@@ -195,6 +223,84 @@ print(f"json ok: {', '.join(sys.argv[2:])}", file=sys.stderr)
 EOF
 }
 
+make_key() {  # the signing key pair of steps 1b, 5 and 5c
+    openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$WORK/envbuild.key" 2>/dev/null
+    openssl pkey -in "$WORK/envbuild.key" -pubout -out "$WORK/envbuild.pub"
+}
+
+# Step 5c: one image for two architectures. Both halves go to one repository (an index names
+# manifests of its own repository only), and each needs its own passing signed attestation.
+multiarch() {
+    say "5c. two architectures: images/jax-cpu natively, images/jax-cpu-arm64 under qemu-aarch64, one index"
+    local multi=envbuild-e2e/multi arm=images/jax-cpu-arm64 amd=images/jax-cpu code
+    run tools/enable-arm64-emulation
+    ensure_base_arm64
+    run tools/enable-arm64-emulation "$BASE_ARM64"
+    run env -u ENVBUILD_MATRIX_OVERLAY "$ENVBUILD" lock --check "$arm"
+    run env -u ENVBUILD_MATRIX_OVERLAY "$ENVBUILD" lock --check "$amd"
+    docker image rm --no-prune envbuild-e2e/jax-cpu-arm64:ok envbuild-e2e/jax-cpu:ok >/dev/null 2>&1 || true
+    # The registry's data stays in $WORK between runs: an earlier run's images, attestations
+    # and index in this repository go first, so the refusal below is about this run's image.
+    # (distribution's filesystem driver keeps a repository under docker/registry/v2/repositories;
+    # this registry has no cache configured, so nothing remembers it.)
+    rm -rf "$WORK/registry/data/docker/registry/v2/repositories/$multi"
+    # The arm64 half first, pushed without --sign-key: in the registry, no evidence yet.
+    # --resmoke: its smoke test runs under emulation on every run, not only on the first.
+    run env -u ENVBUILD_MATRIX_OVERLAY "$ENVBUILD" image "$arm" --allow-cpu --base-image "$BASE_ARM64" \
+        --ca-cert "$CA_CERT" --resmoke --tag envbuild-e2e/jax-cpu-arm64:ok --push "$REG/$multi:arm64" \
+        --json >"$WORK/arm64.json"
+    ARM_DIGEST=$(manifest_digest "$multi" arm64)
+    check_json "$WORK/arm64.json" ok=True device=cpu smoke_reused=None "pushed.digest=$ARM_DIGEST"
+    [ "$(docker image inspect --format '{{.Os}}/{{.Architecture}}' envbuild-e2e/jax-cpu-arm64:ok)" = linux/arm64 ] ||
+        fail "envbuild-e2e/jax-cpu-arm64:ok is not a linux/arm64 image"
+    run env -u ENVBUILD_MATRIX_OVERLAY "$ENVBUILD" image "$amd" --allow-cpu --base-image "$BASE" \
+        --ca-cert "$CA_CERT" --resmoke --tag envbuild-e2e/jax-cpu:ok --push "$REG/$multi:amd64" \
+        --sign-key "$WORK/envbuild.key" --json >"$WORK/amd64.json"
+    AMD_DIGEST=$(manifest_digest "$multi" amd64)
+    check_json "$WORK/amd64.json" ok=True device=cpu "pushed.digest=$AMD_DIGEST"
+    set +e
+    run "$ENVBUILD" promote "$REG/$multi:1" "$AMD_DIGEST" "$ARM_DIGEST" --key "$WORK/envbuild.pub" \
+        --json >"$WORK/multi-refused.json"
+    code=$?
+    set -e
+    [ "$code" = 9 ] || fail "promote of an arm64 image without an attestation exited $code, not 9"
+    ARM_DIGEST=$ARM_DIGEST "$PY" - "$WORK/multi-refused.json" <<'EOF' || fail "promote refused the wrong digests (see $WORK/multi-refused.json)"
+import json, os, sys
+refused = json.load(open(sys.argv[1]))["fields"]["refused"]
+assert [r["digest"] for r in refused] == [os.environ["ARM_DIGEST"]], refused
+print(f"refused ok: {refused}", file=sys.stderr)
+EOF
+    run curl -s -o /dev/null -w '%{http_code}\n' "http://$REG/v2/$multi/manifests/1" >"$WORK/multi.http"
+    [ "$(cat "$WORK/multi.http")" = 404 ] || fail "a refused promote pushed an index ($REG answered $(cat "$WORK/multi.http"))"
+    # Signed now: the same image id passed above, so the pass stands and is attested.
+    run env -u ENVBUILD_MATRIX_OVERLAY "$ENVBUILD" image "$arm" --allow-cpu --base-image "$BASE_ARM64" \
+        --ca-cert "$CA_CERT" --tag envbuild-e2e/jax-cpu-arm64:ok --push "$REG/$multi:arm64" \
+        --sign-key "$WORK/envbuild.key" --json >"$WORK/arm64-signed.json"
+    check_json "$WORK/arm64-signed.json" ok=True "pushed.digest=$ARM_DIGEST"
+    # (The lock is read as it was made: without step 4's matrix overlay.)
+    run env -u ENVBUILD_MATRIX_OVERLAY "$ENVBUILD" verify "$REG/$multi@$ARM_DIGEST" \
+        --key "$WORK/envbuild.pub" --lock "$arm" --json >"$WORK/arm64-verified.json"
+    check_json "$WORK/arm64-verified.json" ok=True "digest=$ARM_DIGEST"
+    run "$ENVBUILD" promote "$REG/$multi:1" "$AMD_DIGEST" "$ARM_DIGEST" --key "$WORK/envbuild.pub" \
+        --json >"$WORK/multi.json"
+    check_json "$WORK/multi.json" ok=True "ref=$REG/$multi:1"
+    curl -sf -H 'Accept: application/vnd.oci.image.index.v1+json' \
+        "http://$REG/v2/$multi/manifests/1" >"$WORK/multi.index.json"
+    AMD_DIGEST=$AMD_DIGEST ARM_DIGEST=$ARM_DIGEST "$PY" - "$WORK/multi.index.json" <<'EOF' || fail "the two-architecture index is wrong (see $WORK/multi.index.json)"
+import json, os, sys
+index = json.load(open(sys.argv[1]))
+assert index["mediaType"] == "application/vnd.oci.image.index.v1+json", index
+got = [(m["digest"], m["platform"]) for m in index["manifests"]]
+want = [(os.environ["AMD_DIGEST"], {"architecture": "amd64", "os": "linux"}),
+        (os.environ["ARM_DIGEST"], {"architecture": "arm64", "os": "linux", "variant": "v8"})]
+assert got == want, got
+print(f"index ok: {got}", file=sys.stderr)
+EOF
+    # The push left registry-named references: only names, the images keep their
+    # envbuild-e2e/* tags (the next run's cache).
+    run docker image rm --no-prune "$REG/$multi:arm64" "$REG/$multi:amd64" >/dev/null
+}
+
 ensure_engine
 ensure_base
 [ "${1:-}" = prepare ] && exit 0
@@ -216,6 +322,15 @@ for t in "$TAG_OK" "$TAG_NOGPU" "$TAG_TIMEOUT" "$TAG_BUILDKIT"; do docker image 
 common=("$IMAGE_DIR" --base-image "$BASE" --ca-cert "$CA_CERT")
 
 start_registry
+
+if [ "${E2E_ONLY:-}" = 5c ]; then
+    make_key
+    multiarch
+    lap
+    say "e2e step 5c passed: $REG/envbuild-e2e/multi:1 names $AMD_DIGEST (linux/amd64) and $ARM_DIGEST (linux/arm64)"
+    exit 0
+fi
+[ -z "${E2E_ONLY:-}" ] || fail "E2E_ONLY=$E2E_ONLY is not a step this script runs alone (only 5c is)"
 
 say "1. classic builder: build, smoke on the CPU path, tag"
 run "$ENVBUILD" image "${common[@]}" --allow-cpu --tag "$TAG_OK" --json >"$WORK/ok.json"
@@ -240,8 +355,7 @@ EOF
 lap
 
 say "1b. the pass signed: smoke attestation and SBOM verified downstream, a tampered one refused"
-openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$WORK/envbuild.key" 2>/dev/null
-openssl pkey -in "$WORK/envbuild.key" -pubout -out "$WORK/envbuild.pub"
+make_key
 rm -rf "$WORK/evidence"
 # The same image id passed in step 1: the pass stands (not run again) and is signed now.
 run "$ENVBUILD" image "${common[@]}" --allow-cpu --tag "$TAG_OK" --sign-key "$WORK/envbuild.key" \
@@ -429,6 +543,11 @@ print(f"index ok: {got}", file=sys.stderr)
 EOF
 lap
 
+if [ "$E2E_ARM64" = 1 ]; then
+    multiarch
+    lap
+fi
+
 if [ "$E2E_PODMAN" = 1 ]; then
     say "6. Podman: build -> smoke -> tag through its Docker-compatible API, images/torch-cpu pinned"
     # A 1 GB CPU image: Podman 4.3 once failed committing torch-slim's 5 GB CUDA layer ("io:
@@ -604,4 +723,4 @@ EOF
     lap
 fi
 
-say "e2e passed: classic and BuildKit builds tagged with envbuild.lock.sha256 and envbuild.smoke.report; $REG/envbuild-e2e/torch-slim@$PUSHED pushed after its pass; optional steps run: Slurm=${E2E_SLURM:-1} Podman=$E2E_PODMAN project=${E2E_PROJECT:-1} torch-ext=${E2E_TORCH_EXT:-1}"
+say "e2e passed: classic and BuildKit builds tagged with envbuild.lock.sha256 and envbuild.smoke.report; $REG/envbuild-e2e/torch-slim@$PUSHED pushed after its pass; optional steps run: Slurm=${E2E_SLURM:-1} arm64=$E2E_ARM64 Podman=$E2E_PODMAN project=${E2E_PROJECT:-1} torch-ext=${E2E_TORCH_EXT:-1}"

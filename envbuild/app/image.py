@@ -30,6 +30,7 @@ from envbuild.build.pipeline import (
 )
 from envbuild.core.errors import EnvbuildError, RegistryError, UserError
 from envbuild.core.fsio import check_output
+from envbuild.core.models import ENGINE_PLATFORMS
 from envbuild.core.values import parse_image_ref
 from envbuild.engine import select
 from envbuild.engine.protocol import ContainerEngine, RunResult
@@ -390,5 +391,8 @@ def prepare(
         smoke_command=lock.smoke.command,
         target_gpus=tuple(lock.targets.gpus),
         smoke_plan=dict(plan),
+        # As the Dockerfile's FROM says it (render/dockerfile.py): explicit for aarch64 only,
+        # so an x86_64 lock builds as before on every engine.
+        platform=None if lock.platform == "x86_64" else ENGINE_PLATFORMS[lock.platform],
     )
     return job, make_judge(plan)

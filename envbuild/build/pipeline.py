@@ -18,7 +18,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from envbuild.build.buildlog import compile_failure, pip_hash_mismatch_message
@@ -85,6 +85,9 @@ class ImageJob:
     smoke_plan: Mapping[str, Any] = field(default_factory=dict)
     """The plan the judge holds (`envbuild.smoke.plan.plan`): its tier and steps are part of
     what a recorded pass is a pass of (`envbuild.build.passes.pass_plan`)."""
+    platform: str | None = None
+    """The lock's platform as the engine names it ("linux/arm64"), for the build and the
+    smoke container; None: the engine's own (an x86_64 lock: `app.image.prepare`)."""
     context_key: str = ""
     """sha256 of what the build reads (context, base image id, builder: `app.image`); a
     tagged image built from the same key that passed here is used as it is. "": never."""
@@ -439,22 +442,26 @@ def _build(
     labels = {LOCK_LABEL: job.lock_text, LOCK_SHA_LABEL: job.lock_sha256, **job.extra_labels}
     started = time.monotonic()
     try:
-        built = engine.build(context=job.context, labels=labels, progress=progress)
+        built = engine.build(
+            context=job.context, labels=labels, progress=progress, platform=job.platform
+        )
     except BuildError as err:
         raise _explain_hash_mismatch(err, job) from None
     return built, round(time.monotonic() - started, 3)
 
 
 def _smoke_spec(job: ImageJob, candidate: str, attach: Attachment | None) -> RunSpec:
-    """The smoke container: the payload in the candidate, with the job's GPUs and limits."""
-    return smoke_container(
+    """The smoke container: the payload in the candidate, with the job's GPUs and limits, on
+    the lock's platform."""
+    container = smoke_container(
         candidate,
         SmokeLimits(shm_mib=job.shm_mib, kill_after_s=job.timeout_s),
         allow_cpu=job.allow_cpu,
         attach=attach,
         environ=os.environ,
         labels={LOCK_SHA_LABEL: job.lock_sha256},
-    ).run_spec()
+    )
+    return replace(container.run_spec(), platform=job.platform)
 
 
 def _earlier_pass(

@@ -39,6 +39,9 @@ PLATFORMS = ("x86_64", "aarch64")
 """CPU architectures of an image, spelled as `uname -m` prints them."""
 PLATFORM_ALIASES = {"amd64": "x86_64", "x64": "x86_64", "arm64": "aarch64"}
 """Docker's and others' names for them: refused with the right name as the next step."""
+ENGINE_PLATFORMS = {"x86_64": "linux/amd64", "aarch64": "linux/arm64"}
+"""Each platform as a container engine names it (`docker build --platform`, `docker run
+--platform`; the OCI image spec's `os`/`architecture`, GOARCH names: config.md)."""
 
 PYTHON_VERSION_RE = re.compile(r"^3\.[0-9]{1,2}$")
 """A Python minor version as the matrix and a stack name it: "3.12"."""

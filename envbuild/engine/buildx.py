@@ -58,6 +58,7 @@ def buildx_command(
     pull: bool = False,
     docker: str = "docker",
     options: BuildxOptions | None = None,
+    platform: str | None = None,
 ) -> list[str]:
     """The `docker buildx build` command line for one build (unit-tested)."""
     options = options or BuildxOptions()
@@ -79,6 +80,8 @@ def buildx_command(
         cmd += ["--cache-from", spec]
     for spec in options.cache_to:
         cmd += ["--cache-to", spec]
+    if platform is not None:
+        cmd += ["--platform", platform]
     if pull:
         cmd.append("--pull")
     cmd.append(str(context_dir))
@@ -175,6 +178,7 @@ class BuildxEngine:
         labels: Mapping[str, str],
         progress: ProgressFn,
         pull: bool = False,
+        platform: str | None = None,
     ) -> BuildResult:
         stream = BuildStream(progress)
         fsio.remove_dead_temp()
@@ -189,6 +193,7 @@ class BuildxEngine:
                 pull=pull,
                 docker=self.docker_cli,
                 options=self.options,
+                platform=platform,
             )
             code = _run_buildx(cmd, stream)
             stream.flush()

@@ -312,6 +312,7 @@ class DockerEngine:
         labels: Mapping[str, str],
         progress: ProgressFn,
         pull: bool = False,
+        platform: str | None = None,
         tag: str | None = None,
     ) -> BuildResult:
         stream = BuildStream(progress)
@@ -325,6 +326,9 @@ class DockerEngine:
                 labels=dict(labels),
                 pull=pull,
                 tag=tag,
+                # `POST /build?platform=` (API 1.32+): the RUN steps of another architecture
+                # run under emulation; the image's config names that architecture.
+                platform=platform,
                 decode=True,
             )
             for chunk in chunks:
@@ -360,6 +364,10 @@ class DockerEngine:
             # the container object, but the name still finds it for removal.
             "name": f"envbuild-smoke-{uuid.uuid4().hex[:16]}",
         }
+        if spec.platform is not None:
+            # `POST /containers/create?platform=` (API 1.41): an image of another platform
+            # is refused instead of run under whatever emulation happens to be registered.
+            kwargs["platform"] = spec.platform
         attached: dict[str, Any] | None = None
         if spec.gpus:
             attachment = spec.gpu_attach or self.gpu_attach()

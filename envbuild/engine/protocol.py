@@ -52,6 +52,9 @@ class RunSpec:
     environment: Mapping[str, str] = field(default_factory=dict)
     labels: Mapping[str, str] = field(default_factory=dict)
     """Every smoke container carries `envbuild.role=smoke`, so leftovers are easy to find."""
+    platform: str | None = None
+    """The image's platform as the engine names it ("linux/arm64": `ENGINE_PLATFORMS`); the
+    engine refuses an image of another one instead of running it. None: the engine's own."""
 
 
 def gpu_missing_message() -> tuple[str, str]:
@@ -84,8 +87,11 @@ class ContainerEngine(Protocol):
         labels: Mapping[str, str],
         progress: ProgressFn,
         pull: bool = False,
+        platform: str | None = None,
     ) -> BuildResult:
-        """Build the context (file path -> bytes, "Dockerfile" at its root); untagged."""
+        """Build the context (file path -> bytes, "Dockerfile" at its root); untagged.
+        `platform` ("linux/arm64") is the image's CPU architecture, another than the
+        engine's own under emulation (binfmt_misc + qemu-user); None: the engine's own."""
 
     def run(self, spec: RunSpec) -> RunResult:
         """Run to completion or the time limit; the container is always removed afterwards."""

@@ -35,6 +35,8 @@ class FakeEngine:
     tags: dict[str, str] = field(default_factory=dict)
     labels: dict[str, str] | None = None
     read_only: bool = False
+    platforms: list[str | None] = field(default_factory=list)
+    """The `platform` of each build, in order."""
     _n: int = 0
 
     @property
@@ -61,9 +63,11 @@ class FakeEngine:
         labels: Mapping[str, str],
         progress: ProgressFn,
         pull: bool = False,
+        platform: str | None = None,
     ) -> BuildResult:
         self._writes("builds")
         self.calls.append(("build", dict(labels)))
+        self.platforms.append(platform)
         progress("Step 1/1 : FROM base")
         if self.build_error:
             raise self.build_error

@@ -114,6 +114,18 @@ def test_run_spec_attaches_gpus_shm_limit_and_role_label() -> None:
     assert "--allow-cpu" not in spec.command
 
 
+def test_the_locks_platform_reaches_the_build_and_the_smoke_container() -> None:
+    engine = FakeEngine(run_result=OK_RUN)
+    job = make_job(platform="linux/arm64", needs_gpu=False)
+    build_and_verify(engine, job, judge=passing, progress=print)
+    assert engine.platforms == ["linux/arm64"]
+    assert [spec.platform for spec in engine.runs] == ["linux/arm64"]
+    plain = FakeEngine(run_result=OK_RUN)
+    build_and_verify(plain, make_job(needs_gpu=False), judge=passing, progress=print)
+    assert plain.platforms == [None]
+    assert [spec.platform for spec in plain.runs] == [None]
+
+
 def test_allow_cpu_runs_the_cpu_path_without_gpus_or_runtime_check() -> None:
     engine = FakeEngine(run_result=OK_RUN, nvidia=False)
     job = make_job(allow_cpu=True)

@@ -33,6 +33,7 @@ class CachingEngine(FakeEngine):
         labels: Mapping[str, str],
         progress: ProgressFn,
         pull: bool = False,
+        platform: str | None = None,
     ) -> BuildResult:
         self.calls.append(("build", dict(labels)))
         self.images[CANDIDATE] = dict(labels)

@@ -7,6 +7,7 @@ import io
 import itertools
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,6 +15,7 @@ from envbuild.app.image import check_tag
 from envbuild.core.errors import BuildError, DiskFullError, UserError
 from envbuild.engine.buildx import BuildxOptions, buildx_command, write_context
 from envbuild.engine.docker import BuildStream, attach_kwargs, context_tar
+from envbuild.engine.protocol import RunSpec
 from envbuild.host.gpu_attach import EngineGpuFacts, choose
 
 
@@ -106,6 +108,13 @@ def test_buildx_command_line(tmp_path: Path) -> None:
     assert "--pull" not in cmd
     assert not any(a.startswith("--label") for a in cmd)  # labels go through the engine API
     assert "--pull" in buildx_command(context_dir=tmp_path, iidfile=tmp_path / "i", pull=True)
+    assert "--platform" not in cmd  # the engine's own platform unless the lock names another
+
+
+def test_buildx_builds_for_the_platform_given(tmp_path: Path) -> None:
+    cmd = buildx_command(context_dir=tmp_path, iidfile=tmp_path / "iid", platform="linux/arm64")
+    assert ("--platform", "linux/arm64") in list(itertools.pairwise(cmd))
+    assert cmd[-1] == str(tmp_path)
 
 
 def test_buildx_passes_caches_through_and_secrets_only_when_in_the_context(
@@ -262,3 +271,50 @@ def test_buildx_removes_through_the_docker_engine_and_keeps_its_cache() -> None:
     buildx = BuildxEngine(docker_engine=docker_engine)
     buildx.remove_image("sha256:" + "d" * 64)
     assert images.removed == [("sha256:" + "d" * 64, {"force": False, "noprune": True})]
+
+
+class _Api:
+    """docker-py's low-level client, as far as `DockerEngine.build` calls it."""
+
+    def __init__(self) -> None:
+        self.kwargs: dict[str, Any] = {}
+
+    def build(self, **kwargs: Any) -> Any:
+        self.kwargs = kwargs
+        return iter([{"aux": {"ID": "sha256:" + "b" * 64}}])
+
+
+class _Containers:
+    """docker-py's `containers`, as far as `DockerEngine.run` calls it: one that exits 0."""
+
+    def __init__(self) -> None:
+        self.created: dict[str, Any] = {}
+
+    def create(self, **kwargs: Any) -> Any:
+        self.created = kwargs
+        attrs = {"State": {"ExitCode": 0}}
+        methods = {
+            "start": lambda self: None,
+            "reload": lambda self: None,
+            "logs": lambda self, **_: b"",
+            "remove": lambda self, **_: None,
+        }
+        return type("Container", (), {"status": "exited", "attrs": attrs, **methods})()
+
+
+@pytest.mark.parametrize("platform", [None, "linux/arm64"])
+def test_docker_engine_hands_the_platform_to_build_and_create(platform: str | None) -> None:
+    """The lock's platform reaches `POST /build?platform=` and `POST /containers/create
+    ?platform=`; none given, neither names one (the engine's own, as before)."""
+    from envbuild.engine.docker import DockerEngine
+
+    engine = DockerEngine()
+    api, containers = _Api(), _Containers()
+    engine._client = type("Client", (), {"api": api, "containers": containers})()
+    engine.builder = lambda: "classic builder (test)"  # type: ignore[method-assign]
+    engine.build(context={"Dockerfile": b"FROM x\n"}, labels={}, progress=print, platform=platform)
+    assert api.kwargs["platform"] == platform
+    engine.run(
+        RunSpec(image="sha256:" + "b" * 64, command=("true",), gpus=False, platform=platform)
+    )
+    assert containers.created.get("platform") == platform
