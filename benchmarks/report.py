@@ -149,6 +149,26 @@ def _goal_lines(data: Mapping[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def scale_lines(section: Section) -> list[str]:
+    """Section 8: one table of every curve (n, seconds, the fitted exponent), then the rows."""
+    lines = [
+        "| curve | n | seconds | exponent b (t = a n^b) | slope, two largest n |",
+        "|---|---|---|---|---|",
+    ]
+    for c in section.get("curves", []):
+        b = c.get("exponent")
+        fit = f"**{b:.2f}**" if isinstance(b, float) else "no fit (under the floor)"
+        tail = c.get("tail")
+        slope = f"{tail:.2f}" if isinstance(tail, float) else ""
+        for i, (n, t) in enumerate(zip(c["n"], c["seconds"], strict=True)):
+            first = i == 0
+            lines.append(
+                f"| {c['curve'] if first else ''} | {n:,} | {_fmt(t, 's')} "
+                f"| {fit if first else ''} | {slope if first else ''} |"
+            )
+    return [*lines, "", *_table(section.get("rows", [])), ""]
+
+
 def _load_note(machine: Mapping[str, Any]) -> list[str]:
     """A sentence when other work kept the machine busy: its timings are noisy."""
     cpus = machine.get("cpus") or 0
@@ -187,7 +207,16 @@ def write_report(data: Mapping[str, Any]) -> str:
     lines.append("")
     lines += _load_note(data.get("machine", {}))
     lines += _goal_lines(data)
-    for key in ("cli_start", "resolve", "lock", "build", "smoke_h200", "h200_build", "fleet"):
+    for key in (
+        "cli_start",
+        "resolve",
+        "lock",
+        "build",
+        "smoke_h200",
+        "h200_build",
+        "fleet",
+        "scale",
+    ):
         section = data.get(key)
         if not section:
             continue
@@ -197,6 +226,8 @@ def write_report(data: Mapping[str, Any]) -> str:
             continue
         if key == "smoke_h200":
             lines += _smoke_lines(section)
+        elif key == "scale" and section.get("curves"):
+            lines += scale_lines(section)
         elif "pending" in section:
             lines += [f"**{section['pending']}**", ""]
         elif section.get("rows"):
