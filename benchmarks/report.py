@@ -166,7 +166,17 @@ def scale_lines(section: Section) -> list[str]:
                 f"| {c['curve'] if first else ''} | {n:,} | {_fmt(t, 's')} "
                 f"| {fit if first else ''} | {slope if first else ''} |"
             )
-    return [*lines, "", *_table(section.get("rows", [])), ""]
+    load = section.get("load average")
+    seen = (
+        [
+            f"Load average while this section ran: {load['start']} at its start, "
+            f"{load['end']} at its end (1, 5, 15 minutes).",
+            "",
+        ]
+        if load
+        else []
+    )
+    return [*seen, *lines, "", *_table(section.get("rows", [])), ""]
 
 
 def _load_note(machine: Mapping[str, Any]) -> list[str]:

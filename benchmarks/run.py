@@ -16,7 +16,8 @@ samples, default 3), BENCH_BUILD_REPEAT (warm rebuild samples, default 3),
 BENCH_COLD_BUILD_REPEAT (cold build pairs, default 1, who goes first alternates), BENCH_LOCK_EXAMPLES
 (comma list, default every images/* folder), BENCH_BASE (local base image, default
 envbuild-e2e/base:bookworm from `tests/e2e.sh prepare`), BENCH_WHEELS (default /opt/wheels),
-BENCH_CA_CERT, BENCH_SKIP (comma list of sections: cli,resolve,lock,build,fleet,scale), BENCH_SCALE_REPEAT
+BENCH_CA_CERT, BENCH_CONTEXT (one line about the run shown with the machine: what else was
+running), BENCH_SKIP (comma list of sections: cli,resolve,lock,build,fleet,scale), BENCH_SCALE_REPEAT
 (samples per size of section 8, default 3), BENCH_KEEP_IMAGES=1.
 """
 
@@ -78,6 +79,7 @@ def machine() -> dict[str, Any]:
         "uv": _first_line([UV, "--version"]),
         "docker": _first_line(["docker", "version", "--format", "{{.Server.Version}}"]),
         "load average at start": _load(),
+        **({"context": os.environ["BENCH_CONTEXT"]} if os.environ.get("BENCH_CONTEXT") else {}),
     }
 
 

@@ -23,6 +23,7 @@ results/scale.json and results/scale.md; BENCH_SCALE_REPEAT (default 3) samples 
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import os
@@ -281,7 +282,9 @@ def bench_fleet_scale(repeat: int) -> tuple[list[Row], list[dict[str, Any]]]:
 
     lock_dir = ROOT / "images/torch-train"
     lines = (ROOT / "tests/fixtures/hosts/fleet-handwritten.jsonl").read_text().splitlines()
-    rows, views = [], []
+    rows: list[Row] = []
+    views: list[Row] = []
+    nogc: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="envbuild-bench-scale-") as tmp:
         for n in FLEET_SIZES:
             _log(f"scale: validate --hosts, {n} hosts")
@@ -309,16 +312,41 @@ def bench_fleet_scale(repeat: int) -> tuple[list[Row], list[dict[str, Any]]]:
             views.append(
                 _row(f"fleet view in process (`app.validate.validate_fleet`), {n} hosts", view)
             )
-    return [*rows, *views], [
+            if n == FLEET_SIZES[-1]:
+                nogc.append(
+                    _row(f"the same, {n} hosts, cyclic GC off", _without_gc(hosts, lock_dir))
+                )
+    return [*rows, *views, *nogc], [
         _curve("fleet view (`validate --hosts`, whole command)", rows, FLEET_SIZES),
         _curve("fleet view (in process)", views, FLEET_SIZES),
     ]
 
 
+def _without_gc(hosts: Path, lock_dir: Path) -> float:
+    """One in-process view with Python's cyclic collector off: what of the time above linear
+    is the collector walking the ever larger set of live results (a diagnosis, not a mode
+    envbuild runs in)."""
+    from envbuild.app.validate import validate_fleet
+
+    gc.collect()
+    gc.disable()
+    try:
+        t0 = time.perf_counter()
+        validate_fleet(hosts_file=hosts, lock_dirs=[lock_dir])
+        return time.perf_counter() - t0
+    finally:
+        gc.enable()
+
+
 # --- the section -----------------------------------------------------------------------------
 
 
+def _load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def bench_scale(repeat: int, skip: Sequence[str] = ()) -> Section:
+    start = _load()
     rows: list[Row] = []
     curves: list[dict[str, Any]] = []
     if "resolve" not in skip:
@@ -338,6 +366,7 @@ def bench_scale(repeat: int, skip: Sequence[str] = ()) -> Section:
         "title": "8. Scale (how the work grows with its input)",
         "rows": rows,
         "curves": curves,
+        "load average": {"start": start, "end": _load()},
         "notes": [
             f"Exponent b of t = a * n^b: least squares on log-log over the sizes above "
             f"{FIT_FLOOR_S * 1000:.0f} ms (benchmarks/scale.py `fit_exponent`); 1 is linear.",
@@ -357,9 +386,7 @@ def main() -> None:
 
     repeat = int(os.environ.get("BENCH_SCALE_REPEAT", "3"))
     skip = [s for s in os.environ.get("BENCH_SKIP", "").split(",") if s]
-    start = " ".join(f"{x:.2f}" for x in os.getloadavg())
     section = bench_scale(repeat, skip)
-    section["load average"] = {"start": start, "end": " ".join(f"{x:.2f}" for x in os.getloadavg())}
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     (RESULTS_DIR / "scale.json").write_text(json.dumps(section, indent=2, sort_keys=True) + "\n")
     text = "\n".join(
