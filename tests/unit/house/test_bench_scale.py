@@ -60,5 +60,5 @@ def test_reading_marks_a_curve_above_linear_and_the_collector_share() -> None:
     nogc = common.row("the same, 10000 hosts, cyclic GC off", 1.0)
     section = {"rows": [*plain, nogc], "curves": [scale._curve("fleet", plain, sizes)]}
     text = "\n".join(report_bench.scale_lines(section))
-    assert "- fleet: **above linear** (b = 1.30, tail 1.30)" in text
+    assert "- fleet: **above linear** (b = 1.30, slope of the two largest n 1.30)" in text
     assert "1.00 s with Python's cyclic collector off against 2.00 s with it (50% of" in text
