@@ -393,9 +393,8 @@ def main() -> None:
         [
             f"# {section['title']}",
             "",
-            f"`python -m benchmarks.scale` (benchmarks/scale.py says what is measured); "
-            f"{os.cpu_count()} CPUs, load average {section['load average']['start']} at the "
-            f"start and {section['load average']['end']} at the end.",
+            f"`python -m benchmarks.scale` (benchmarks/scale.py says what is measured), "
+            f"{os.cpu_count()} CPUs.",
             "",
             *scale_lines(section),
         ]
