@@ -7,7 +7,8 @@ asserted: benchmarks report, tests check behaviour.
 
 This module is the entry point (`python -m benchmarks.run`, `--report-only`) and the machine
 facts; each section has its module: cli_start.py (1), resolving.py (2), lock.py (3), build.py
-and layers.py (4), h200.py (5 and 6, read from committed GPU runs), fleet.py (7); report.py writes RESULTS.md
+and layers.py (4), h200.py (5 and 6, read from committed GPU runs), fleet.py (7), scale.py (8);
+report.py writes RESULTS.md
 and common.py holds what they share.
 
 Settings (environment): BENCH_REPEAT (warm samples, default 7), BENCH_COLD_REPEAT (cold lock
@@ -15,7 +16,9 @@ samples, default 3), BENCH_BUILD_REPEAT (warm rebuild samples, default 3),
 BENCH_COLD_BUILD_REPEAT (cold build pairs, default 1, who goes first alternates), BENCH_LOCK_EXAMPLES
 (comma list, default every images/* folder), BENCH_BASE (local base image, default
 envbuild-e2e/base:bookworm from `tests/e2e.sh prepare`), BENCH_WHEELS (default /opt/wheels),
-BENCH_CA_CERT, BENCH_SKIP (comma list of sections: cli,resolve,lock,build,fleet), BENCH_KEEP_IMAGES=1.
+BENCH_CA_CERT, BENCH_CONTEXT (one line about the run shown with the machine: what else was
+running), BENCH_SKIP (comma list of sections: cli,resolve,lock,build,fleet,scale), BENCH_SCALE_REPEAT
+(samples per size of section 8, default 3), BENCH_KEEP_IMAGES=1.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from benchmarks.h200 import h200_build_results, smoke_results
 from benchmarks.lock import bench_lock
 from benchmarks.report import write_report
 from benchmarks.resolving import bench_resolve
+from benchmarks.scale import bench_scale
 
 # --- machine ---------------------------------------------------------------------------------
 
@@ -75,6 +79,7 @@ def machine() -> dict[str, Any]:
         "uv": _first_line([UV, "--version"]),
         "docker": _first_line(["docker", "version", "--format", "{{.Server.Version}}"]),
         "load average at start": _load(),
+        **({"context": os.environ["BENCH_CONTEXT"]} if os.environ.get("BENCH_CONTEXT") else {}),
     }
 
 
@@ -150,6 +155,9 @@ def main() -> None:
         )
     if "fleet" not in skip:
         data["fleet"] = _guarded("7. Fleet read-back", lambda: bench_fleet(repeat))
+    if "scale" not in skip:
+        scale_repeat = int(os.environ.get("BENCH_SCALE_REPEAT", "3"))
+        data["scale"] = _guarded("8. Scale", lambda: bench_scale(scale_repeat))
     data["smoke_h200"] = smoke_results()
     data["h200_build"] = h200_build_results()
     data["machine"]["load average at end"] = _load()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from envbuild.core.errors import UserError
 from envbuild.core.values import gpu_name_words
@@ -18,7 +19,11 @@ _CC_RE = re.compile(r"^\d{1,2}\.\d$")
 _LIST_URL = "https://developer.nvidia.com/cuda-gpus"
 
 
+@lru_cache(maxsize=4096)
 def _tokens(name: str) -> tuple[str, ...]:
+    """The words of a name, kept: each target is matched against every known name (about 330,
+    `_known_names`), so without the cache a 1,000-GPU request split 330,000 names into words
+    (benchmarks/scale.py, section 8 of RESULTS.md)."""
     return gpu_name_words(name)
 
 

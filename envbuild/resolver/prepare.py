@@ -128,13 +128,19 @@ def _targets(
         if label and label not in names:
             names.append(label)
 
+    # Each name once, as first written (the first bad one is the one an error names): a fleet
+    # repeats its GPUs, and `add` keeps one label per name anyway (benchmarks/scale.py).
+    written: dict[str, str] = {}
     for gpu_text in request.targets.gpus:
-        add(parse_gpu(matrix, gpu_text), gpu_text.strip())
-        _check_host_platform(matrix, gpu_text.strip(), request.platform)
+        written.setdefault(gpu_text.strip(), gpu_text)
+    for label, gpu_text in written.items():
+        add(parse_gpu(matrix, gpu_text), label)
+        _check_host_platform(matrix, label, request.platform)
     drivers: list[str] = []
     if request.targets.driver:
         drivers.append(request.targets.driver.strip())
     by_cc = {a.cc: a for a in matrix.archs}
+    checked: set[str] = set()
     for host in hosts:
         if host.driver:
             parse_version(host.driver, what="driver version")
@@ -149,7 +155,9 @@ def _targets(
                     "(ENVBUILD_MATRIX_OVERLAY)",
                 )
             add(host_arch, gpu.name)
-            _check_host_platform(matrix, gpu.name, request.platform)
+            if gpu.name not in checked:
+                checked.add(gpu.name)
+                _check_host_platform(matrix, gpu.name, request.platform)
     rules = ArchRules.from_archs(matrix.archs)
     targets = tuple(
         _Target(arch=archs[cc], labels=tuple(labels[cc]), rules=rules)

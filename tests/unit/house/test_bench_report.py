@@ -172,7 +172,7 @@ def test_goals_table_sets_each_ratio_beside_its_goal() -> None:
         "<= 1.20x",
         "yes",
     ]
-    assert table[1].endswith("| 2.40x | <= 2.00x | **no** |")
+    assert table[1].endswith("| 2.40x | <= 2.00x | **no**, 20% over |")
     assert len(table) == 2  # a row without a goal is not a goal
     assert any(
         ln.startswith("**The machine was loaded** (1-minute load average up to 7.1 on 2")
@@ -287,7 +287,7 @@ def test_h200_build_rows_sit_beside_their_goals(tmp_path: Path) -> None:
     start = lines.index("## Speed goals")
     goals = [ln for ln in lines[start:] if ln.startswith("| H200")][:2]
     assert goals == [
-        "| H200 cold build | 6 | 17 s | 14 s | 1.21x | <= 1.00x | **no** |",
+        "| H200 cold build | 6 | 17 s | 14 s | 1.21x | <= 1.00x | **no**, 21% over |",
         "| H200 warm rebuild | 6 | 1.1 s | 14 s | 0.08x | <= 1.30x | yes |",
     ]
     assert (
