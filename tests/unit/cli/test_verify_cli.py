@@ -13,33 +13,18 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec
 
 from envbuild.app import evidence, image
 from envbuild.cli.main import cli
 from envbuild.lock.format import lock_sha256
+from tests.signing import key_pair
 from tests.unit.cli.test_build_cli import _outcome
 
 IMAGES = Path(__file__).resolve().parents[3] / "images"
 
 
 def _keys(folder: Path, name: str) -> tuple[Path, Path]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    private, public = folder / f"{name}.key", folder / f"{name}.pub"
-    private.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    public.write_bytes(
-        key.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-        )
-    )
-    return private, public
+    return key_pair(folder, name)
 
 
 @pytest.fixture
