@@ -17,9 +17,7 @@ lock (LockMismatchError, 24).
 
 from __future__ import annotations
 
-import base64
 import binascii
-import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -171,21 +169,17 @@ def sign(doc: Mapping[str, Any], signer: Any) -> bytes:
     return json.dumps(envelope.to_dict(), sort_keys=True, separators=(",", ":")).encode()
 
 
-def keyid(key: Any) -> str:
-    return str(key.keyid)
-
-
 def open_envelope(data: bytes, keys: Sequence[Any], *, where: str) -> dict[str, Any]:
     """The Statement inside a DSSE envelope whose signature one of `keys` verifies."""
     envelope = _parse_envelope(data, where)
     pae = envelope.pae()
     signed_by = [s.keyid for s in envelope.signatures.values()]
-    known = {keyid(k) for k in keys}
+    known = {str(k.keyid) for k in keys}
     for sig in envelope.signatures.values():
         for key in keys:
             # DSSE says key ids are hints: an empty one (cosign writes "") is tried on every
             # key; a named one only on its own key.
-            if sig.keyid and sig.keyid != keyid(key):
+            if sig.keyid and sig.keyid != key.keyid:
                 continue
             try:
                 key.verify_signature(sig, pae)
@@ -305,17 +299,3 @@ def unproven(
         if (product, cc, branch) not in have:
             missing.append(f"{product} (cc {cc}, driver branch {branch or '?'})")
     return sorted(set(missing))
-
-
-def payload_digest(envelope: bytes) -> str:
-    """sha256 of an envelope's bytes (the OCI layer digest of one attestation)."""
-    return "sha256:" + hashlib.sha256(envelope).hexdigest()
-
-
-def unverified_statement(envelope: bytes) -> dict[str, Any] | None:
-    """The Statement of an envelope without checking its signature (listing only)."""
-    try:
-        doc = json.loads(envelope)
-        return dict(json.loads(base64.b64decode(doc["payload"])))
-    except (ValueError, KeyError, TypeError, binascii.Error, RecursionError):
-        return None
