@@ -154,8 +154,7 @@ def registry_envelopes(ref: str) -> tuple[str, list[tuple[str, bytes]]]:
             f"{ref!r} is not an image digest reference",
             hint="give REGISTRY/REPO@sha256:... as `envbuild image --push` reported it",
         )
-    # split_ref reads name[:tag]; the digest is not part of the repository's name.
-    registry, repo, _tag = split_ref(ref.split("@", 1)[0])
+    registry, repo, _tag = split_ref(ref)
     client = ocireg.RegistryClient(registry, repo)
     found = ocireg.referrers(client, parsed.digest)
     out = []

@@ -30,7 +30,9 @@ manifest worth pinning."""
 
 
 def split_ref(ref: str) -> tuple[str, str, str]:
-    """ "nvidia/cuda:12.8.1-base-ubuntu24.04" -> (registry, repository, tag); Docker Hub rules."""
+    """ "nvidia/cuda:12.8.1-base-ubuntu24.04" -> (registry, repository, tag); Docker Hub rules.
+    A digest (`name@sha256:...`) is not part of the name: it is dropped here (tag "latest")."""
+    ref = ref.split("@", 1)[0]
     name, _, tag = ref.rpartition(":") if ":" in ref.split("/")[-1] else (ref, "", "latest")
     first, _, rest = name.partition("/")
     if rest and ("." in first or ":" in first or first == "localhost"):
@@ -143,6 +145,8 @@ def registry_digest(
     `WWW-Authenticate` (distribution spec, "Token authentication"). A registry on this machine
     is tried over HTTPS, then plain HTTP, as the engines do (`is_loopback`).
     """
+    if "@" in ref:  # already names its digest: no tag to look up (split_ref would say "latest")
+        return None
     registry, repo, tag = split_ref(ref)
     if host_unknown(registry):
         return None
