@@ -135,6 +135,22 @@ def host_facts(what: str) -> Callable[[F], F]:
     )
 
 
+def public_keys(*, required: bool, help: str) -> Callable[[F], F]:
+    """`--key PUB` (repeatable, into `keys`): the PEM public keys a smoke attestation may be
+    signed with (verify, promote, validate --evidence; docs/evidence.md)."""
+    from pathlib import Path
+
+    return click.option(
+        "--key",
+        "keys",
+        multiple=True,
+        required=required,
+        type=click.Path(dir_okay=False, path_type=Path),
+        metavar="PUB",
+        help=help,
+    )
+
+
 def report_page(f: F) -> F:
     """`--report FILE.html`: the smoke run's page (charts, checks, readings, memory fit)."""
     from pathlib import Path

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from envbuild.cli import console
-from envbuild.cli.options import help_epilog
+from envbuild.cli.options import help_epilog, public_keys
 
 
 @click.command(
@@ -35,13 +35,8 @@ from envbuild.cli.options import help_epilog
 )
 @click.argument("target")
 @click.argument("digests", nargs=-1, required=True)
-@click.option(
-    "--key",
-    "keys",
-    multiple=True,
+@public_keys(
     required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    metavar="PUB",
     help="A PEM public key the smoke attestations may be signed with (repeatable).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")

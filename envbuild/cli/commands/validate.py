@@ -8,7 +8,14 @@ from typing import Any
 import click
 
 from envbuild.cli import console
-from envbuild.cli.options import gpu_choice, help_epilog, host_facts, matrix_overlay, report_page
+from envbuild.cli.options import (
+    gpu_choice,
+    help_epilog,
+    host_facts,
+    matrix_overlay,
+    public_keys,
+    report_page,
+)
 from envbuild.core.errors import UserError
 from envbuild.host.gpu_attach import GpuChoice
 
@@ -148,12 +155,8 @@ def render_fleet(doc: dict[str, Any]) -> str:
     help="An image's signed attestations (.intoto.jsonl, docs/evidence.md): a host they "
     "prove is not smoke-tested again.",
 )
-@click.option(
-    "--key",
-    "keys",
-    multiple=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    metavar="PUB",
+@public_keys(
+    required=False,
     help="With --evidence: a PEM public key that may have signed them (repeatable).",
 )
 @click.option("--resmoke", is_flag=True, help="With --evidence: run the smoke test anyway.")

@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from envbuild.cli import console
-from envbuild.cli.options import help_epilog
+from envbuild.cli.options import help_epilog, public_keys
 from envbuild.core.errors import UserError
 
 
@@ -38,13 +38,8 @@ from envbuild.core.errors import UserError
     ),
 )
 @click.argument("target", required=False, metavar="ARCHIVE_OR_REF")
-@click.option(
-    "--key",
-    "keys",
-    multiple=True,
+@public_keys(
     required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    metavar="PUB",
     help="A PEM public key; repeat during a key rotation (any one of them may have signed).",
 )
 @click.option(
