@@ -58,17 +58,25 @@ def test_torch_slim_lists_its_cuda_stack_floors_and_architectures() -> None:
     assert [c["name"] for c in base] == ["debian:bookworm-slim"]
 
 
-def test_a_pinned_base_carries_its_digest() -> None:
+def test_a_base_carries_its_digest_only_when_pinned() -> None:
+    from dataclasses import replace
+
     text = (IMAGES / "torch-cpu" / "envbuild.lock").read_text()
     lock = loads(text)
-    doc = json.loads(sbom(lock, lock_sha256(text)))
-    (base,) = [c for c in doc["components"] if c["type"] == "container"]
-    if lock.base_digest is None:
-        assert base["properties"][1] == {"name": "envbuild:pinned", "value": "false"}
-        assert "version" not in base
-    else:
-        assert base["version"] == lock.base_digest
-        assert base["hashes"][0]["content"] == lock.base_digest.split(":")[1]
+    assert lock.base_digest is None  # the shipped lock is unpinned (no registry here)
+    (base,) = [
+        c
+        for c in json.loads(sbom(lock, lock_sha256(text)))["components"]
+        if c["type"] == "container"
+    ]
+    assert {"name": "envbuild:pinned", "value": "false"} in base["properties"]
+    assert "version" not in base and "hashes" not in base
+    digest = "sha256:" + "ab" * 32
+    pinned = json.loads(sbom(replace(lock, base_digest=digest), lock_sha256(text)))
+    (base,) = [c for c in pinned["components"] if c["type"] == "container"]
+    assert base["version"] == digest
+    assert base["hashes"][0]["content"] == "ab" * 32
+    assert {"name": "envbuild:pinned", "value": "true"} in base["properties"]
 
 
 def test_the_same_lock_gives_the_same_bytes() -> None:
