@@ -135,6 +135,20 @@ def host_facts(what: str) -> Callable[[F], F]:
     )
 
 
+def image_lock(f: F) -> F:
+    """`--lock DIR` (into `lock_dir`, required): the image folder an image was built from,
+    whose envbuild.lock says what the image needs (the fleet scripts and Jobs)."""
+    from pathlib import Path
+
+    return click.option(
+        "--lock",
+        "lock_dir",
+        required=True,
+        type=click.Path(file_okay=False, exists=True, path_type=Path),
+        help="The image folder the image was built from (its envbuild.lock).",
+    )(f)
+
+
 def public_keys(*, required: bool, help: str) -> Callable[[F], F]:
     """`--key PUB` (repeatable, into `keys`): the PEM public keys a smoke attestation may be
     signed with (verify, promote, validate --evidence; docs/evidence.md)."""

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from envbuild.cli import console
-from envbuild.cli.options import help_epilog, matrix_overlay
+from envbuild.cli.options import help_epilog, image_lock, matrix_overlay
 
 
 def render(doc: dict[str, Any]) -> str:
@@ -37,13 +37,7 @@ def render(doc: dict[str, Any]) -> str:
         [(0, "written"), (2, "bad input")],
     ),
 )
-@click.option(
-    "--lock",
-    "lock_dir",
-    required=True,
-    type=click.Path(file_okay=False, exists=True, path_type=Path),
-    help="The image folder the image was built from (its envbuild.lock).",
-)
+@image_lock
 @click.option("--image", required=True, help="The image to test, by digest: REF@sha256:...")
 @click.option(
     "--hosts",

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from envbuild.cli import console
-from envbuild.cli.options import help_epilog
+from envbuild.cli.options import help_epilog, image_lock
 
 
 @click.command(
@@ -24,13 +24,7 @@ from envbuild.cli.options import help_epilog
         [(0, "written"), (2, "bad input")],
     ),
 )
-@click.option(
-    "--lock",
-    "lock_dir",
-    required=True,
-    type=click.Path(file_okay=False, exists=True, path_type=Path),
-    help="The image folder the image was built from (its envbuild.lock).",
-)
+@image_lock
 @click.option("--image", required=True, help="The image to test: REF@sha256:... (or a tag).")
 @click.option(
     "--shared",
