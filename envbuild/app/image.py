@@ -25,6 +25,7 @@ from envbuild.build.pipeline import (
     ImageOutcome,
     Judge,
     PassStore,
+    StepClock,
     build_and_verify,
     default_tag,
 )
@@ -98,35 +99,46 @@ def build_image(
     request = request or ImageRequest()
     build_inputs = build_inputs or BuildInputs()
     progress = progress or (lambda _: None)
-    # A key that cannot sign fails now, not after a build of many minutes.
-    check_delivery(request, buildkit=build_inputs.buildkit)
-    signer = evidence.load_signer(request.sign_key) if request.sign_key is not None else None
-    job, judge = prepare(
-        image_dir=image_dir,
-        request=request,
-        build_inputs=build_inputs,
-        matrix_overlay=matrix_overlay,
-        progress=progress,
-    )
-    if engine is None:
-        from envbuild.engine.buildx import BuildxOptions
-
-        buildx = BuildxOptions(
-            cache_from=request.cache_from,
-            cache_to=request.cache_to,
-            secrets={CA_SECRET_ID: CA_CONTEXT_PATH},
+    clock = StepClock()
+    with clock.step("inputs"):
+        # A key that cannot sign fails now, not after a build of many minutes.
+        check_delivery(request, buildkit=build_inputs.buildkit)
+        signer = evidence.load_signer(request.sign_key) if request.sign_key is not None else None
+        job, judge = prepare(
+            image_dir=image_dir,
+            request=request,
+            build_inputs=build_inputs,
+            matrix_overlay=matrix_overlay,
+            progress=progress,
         )
-        engine = inputs.make_engine(
-            buildkit=build_inputs.buildkit, engine=request.engine, buildx=buildx
-        )
-    passes = pass_store(engine, job, request) if request.record_passes else None
+    with clock.step("engine"):
+        engine = engine or _default_engine(request, build_inputs)
+    with clock.step("pass_store"):
+        passes = pass_store(engine, job, request) if request.record_passes else None
     if passes is not None and not request.resmoke:
-        job = replace(job, context_key=context_key(engine, job))
-    outcome = build_and_verify(engine, job, judge=judge, progress=progress, passes=passes)
-    outcome = deliver(engine, outcome, push=request.push, save=request.save, progress=progress)
-    if signer is None:
-        return outcome
-    return attest(outcome, request, signer=signer, engine=engine.name, progress=progress)
+        with clock.step("context_key"):
+            job = replace(job, context_key=context_key(engine, job))
+    outcome = build_and_verify(
+        engine, job, judge=judge, progress=progress, passes=passes, clock=clock
+    )
+    with clock.step("deliver"):
+        outcome = deliver(engine, outcome, push=request.push, save=request.save, progress=progress)
+    if signer is not None:
+        with clock.step("attest"):
+            outcome = attest(outcome, request, signer=signer, engine=engine.name, progress=progress)
+    return replace(outcome, steps_s=dict(clock.seconds))
+
+
+def _default_engine(request: ImageRequest, build_inputs: BuildInputs) -> ContainerEngine:
+    """The engine the request names, with the BuildKit options it asks for."""
+    from envbuild.engine.buildx import BuildxOptions
+
+    buildx = BuildxOptions(
+        cache_from=request.cache_from,
+        cache_to=request.cache_to,
+        secrets={CA_SECRET_ID: CA_CONTEXT_PATH},
+    )
+    return inputs.make_engine(buildkit=build_inputs.buildkit, engine=request.engine, buildx=buildx)
 
 
 def attest(

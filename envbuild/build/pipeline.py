@@ -17,13 +17,12 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from envbuild.build.buildlog import compile_failure, pip_hash_mismatch_message
 from envbuild.build.passes import pass_plan, weaker
-from envbuild.engine.protocol import BuildResult, ContainerEngine, ProgressFn, RunResult, RunSpec
 from envbuild.core.errors import (
     BuildError,
     EngineError,
@@ -32,10 +31,11 @@ from envbuild.core.errors import (
     SmokeFailed,
     UserError,
 )
+from envbuild.engine.protocol import BuildResult, ContainerEngine, ProgressFn, RunResult, RunSpec
 from envbuild.host.gpu_attach import Attachment, GpuChoice, unavailable_message
-from envbuild.smoke.project_step import run_command
 from envbuild.smoke.container import SmokeLimits, smoke_container
 from envbuild.smoke.plan import SmokeJudgement
+from envbuild.smoke.project_step import run_command
 
 LOCK_LABEL = "envbuild.lock"
 LOCK_SHA_LABEL = "envbuild.lock.sha256"
@@ -94,6 +94,24 @@ class ImageJob:
     """How to attach GPUs (auto: gpu_attach.choose decides) and which ones."""
 
 
+class StepClock:
+    """Wall seconds of each named step of one `envbuild image` run, in the order they ran
+    (`steps_s` of `--json`, docs/image-json.md): where a run's own fixed cost goes, beside
+    the build and the smoke test (benchmarks/RESULTS.md section 6 reads it)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def step(self, name: str) -> Iterator[None]:
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            spent = self.seconds.get(name, 0.0) + time.monotonic() - started
+            self.seconds[name] = round(spent, 3)
+
+
 @dataclass(frozen=True)
 class ImageOutcome:
     """A passed, tagged image."""
@@ -134,6 +152,8 @@ class ImageOutcome:
     evidence: Mapping[str, Any] | None = None
     """{"bundle", "sbom", "subjects"} of the signed attestation and SBOM written after the pass
     (`envbuild.app.evidence`); None without --sign-key."""
+    steps_s: Mapping[str, float] = field(default_factory=dict)
+    """Seconds of each step of the run (`StepClock`), the build and the smoke test included."""
 
     def to_json(self) -> dict[str, Any]:
         """The `envbuild image --json` document on success (docs/image-json.md)."""
@@ -167,6 +187,7 @@ class ImageOutcome:
             "smoke_reused": dict(self.smoke_reused) if self.smoke_reused else None,
             "unchanged": self.unchanged,
             "evidence": dict(self.evidence) if self.evidence is not None else None,
+            "steps_s": dict(self.steps_s),
         }
 
 
@@ -335,12 +356,16 @@ def build_and_verify(
     judge: Judge,
     progress: ProgressFn,
     passes: PassStore | None = None,
+    clock: StepClock | None = None,
 ) -> ImageOutcome:
     """Build a candidate, smoke-test it in a container, and tag it only when the test passes
     (or when `passes` says this image id already passed here: then it is tagged as then;
-    or, when nothing the build reads changed since the tag passed here, as it is)."""
+    or, when nothing the build reads changed since the tag passed here, as it is). `clock`
+    hears each step's seconds."""
+    clock = clock or StepClock()
     asked = _plan_of(job)
-    unchanged = _unchanged(engine, job, passes, asked)
+    with clock.step("up_to_date_check"):
+        unchanged = _unchanged(engine, job, passes, asked)
     if unchanged is not None:
         progress(
             f"{job.tag} is up to date: built from the same context and base image, and it "
@@ -348,8 +373,10 @@ def build_and_verify(
             f"({unchanged.get('where')}); not built or tested again (--resmoke runs both)"
         )
         return _outcome_of(job, unchanged, build_s=0.0, tag_s=0.0, unchanged=True)
-    attach = preflight(engine, job)
-    built, build_s = _build(engine, job, progress)
+    with clock.step("preflight"):
+        attach = preflight(engine, job)
+    with clock.step("build"):
+        built, build_s = _build(engine, job, progress)
     candidate = built.image_id
     earlier = _earlier_pass(passes, candidate, asked, progress)
     if earlier is not None:
@@ -358,7 +385,8 @@ def build_and_verify(
             f"it passed its smoke test here at {earlier.get('passed_at')} "
             f"({earlier.get('where')}): not run again (--resmoke runs it)"
         )
-        outcome = _tag_earlier_pass(engine, job, candidate, earlier, built, build_s)
+        with clock.step("tag"):
+            outcome = _tag_earlier_pass(engine, job, candidate, earlier, built, build_s)
         _record_built(passes, job, outcome, earlier)
         return outcome
     progress(
@@ -366,30 +394,16 @@ def build_and_verify(
         "running the smoke test"
     )
     spec = _smoke_spec(job, candidate, attach)
-    try:
-        result = engine.run(spec)
-        judgement = _passed(job, result, judge, candidate)
-        # The project's own step runs only after the payload passed, as the payload ran.
-        command = _project_step(engine, spec, job, candidate, progress, judgement)
-        label = report_label(judgement.report, job, attach, command)
-        tag_started = time.monotonic()
-        image_id = engine.tag(
-            candidate, job.tag, labels={REPORT_LABEL: label, LOCK_SHA_LABEL: job.lock_sha256}
-        )
-        tag_s = round(time.monotonic() - tag_started, 3)
-    except BaseException:
-        # Also on Ctrl-C and engine errors: a candidate that did not pass is not left behind.
-        # A failing cleanup must not hide why the run failed.
-        if not job.keep_failed:
-            with contextlib.suppress(EnvbuildError):
-                engine.remove_image(candidate)
-        raise
-    _check_labels(engine, job)
+    passed = _smoke_and_tag(engine, job, spec, attach, judge=judge, progress=progress, clock=clock)
+    result, judgement, command, label, image_id, tag_s = passed
+    with clock.step("labels_check"):
+        _check_labels(engine, job)
     payload_s = round(result.duration_s, 3)
     smoke_s = round(payload_s + (command["duration_s"] if command else 0.0), 3)
     entry = {"report_label": label, "summary": judgement.summary, "smoke_s": smoke_s}
     entry["plan"] = asked
-    stored = passes.record(candidate, {**entry, "image_id": image_id}) if passes else entry
+    with clock.step("record_pass"):
+        stored = passes.record(candidate, {**entry, "image_id": image_id}) if passes else entry
     outcome = ImageOutcome(
         tag=job.tag,
         image_id=image_id,
@@ -408,6 +422,41 @@ def build_and_verify(
     )
     _record_built(passes, job, outcome, stored)
     return outcome
+
+
+def _smoke_and_tag(
+    engine: ContainerEngine,
+    job: ImageJob,
+    spec: RunSpec,
+    attach: Attachment | None,
+    *,
+    judge: Judge,
+    progress: ProgressFn,
+    clock: StepClock,
+) -> tuple[RunResult, SmokeJudgement, dict[str, Any] | None, str, str, float]:
+    """The smoke container, the project's own step, then the tag; on any failure (Ctrl-C and
+    engine errors too) the candidate is removed unless kept."""
+    candidate = spec.image
+    try:
+        with clock.step("smoke"):
+            result = engine.run(spec)
+            judgement = _passed(job, result, judge, candidate)
+            # The project's own step runs only after the payload passed, as the payload ran.
+            command = _project_step(engine, spec, job, candidate, progress, judgement)
+        label = report_label(judgement.report, job, attach, command)
+        with clock.step("tag"):
+            tag_started = time.monotonic()
+            image_id = engine.tag(
+                candidate, job.tag, labels={REPORT_LABEL: label, LOCK_SHA_LABEL: job.lock_sha256}
+            )
+            tag_s = round(time.monotonic() - tag_started, 3)
+    except BaseException:
+        # A failing cleanup must not hide why the run failed.
+        if not job.keep_failed:
+            with contextlib.suppress(EnvbuildError):
+                engine.remove_image(candidate)
+        raise
+    return result, judgement, command, label, image_id, tag_s
 
 
 def _project_step(

@@ -15,6 +15,7 @@ from envbuild.build.pipeline import (
     LOCK_SHA_LABEL,
     REPORT_LABEL,
     ImageJob,
+    StepClock,
     build_and_verify,
     default_tag,
     report_label,
@@ -100,6 +101,28 @@ def test_pass_tags_after_the_smoke_run_with_both_labels() -> None:
     assert out.image_id == engine.tags["envbuild-test/demo:ok"]
     assert out.to_json()["device"] == "cuda"
     assert any(s.startswith("Step 1/1") for s in seen)
+
+
+def test_each_step_of_a_pass_is_timed_in_order_and_reported() -> None:
+    clock = StepClock()
+    out = build_and_verify(
+        FakeEngine(run_result=OK_RUN), make_job(), judge=passing, progress=print, clock=clock
+    )
+    order = ["up_to_date_check", "preflight", "build", "smoke", "tag", "labels_check"]
+    order.append("record_pass")
+    assert list(clock.seconds) == order
+    assert all(isinstance(v, float) and v >= 0 for v in clock.seconds.values())
+    # The app puts the clock's seconds on the outcome; its JSON carries them as they are.
+    assert replace(out, steps_s=clock.seconds).to_json()["steps_s"] == clock.seconds
+
+
+def test_a_failed_smoke_still_times_the_steps_it_ran() -> None:
+    clock = StepClock()
+    with pytest.raises(SmokeFailed):
+        build_and_verify(
+            FakeEngine(run_result=OK_RUN), make_job(), judge=failing, progress=print, clock=clock
+        )
+    assert list(clock.seconds) == ["up_to_date_check", "preflight", "build", "smoke"]
 
 
 def test_run_spec_attaches_gpus_shm_limit_and_role_label() -> None:
