@@ -6,5 +6,5 @@
 # the hand-rolled check a user would run before trusting the image.
 ARG BASE
 FROM ${BASE}
-COPY gpu_train_check.py /opt/check/gpu_train_check.py
+COPY gpu_train_check.py gpu_full_check.py /opt/check/
 CMD ["python3", "/opt/check/gpu_train_check.py"]

@@ -49,6 +49,11 @@ TAG = "envbuild-h200-bench/torch-base:bench"
 TAG1 = "envbuild-h200-bench/torch-base-tier1:bench"
 PEER_TAG = "envbuild-h200-bench/peer:bench"
 PEER_NAME = "hand-written Dockerfile: `docker build` + `docker run` of a GPU training check"
+FULL_NAME = (
+    "hand-written Dockerfile: `docker build` + `docker run` of a check of the same things "
+    "(benchmarks/peer/gpu_full_check.py)"
+)
+FULL = ("python3", "/opt/check/gpu_full_check.py")
 COLD = int(os.environ.get("BENCH_COLD", "3"))
 WARM = int(os.environ.get("BENCH_WARM", "5"))
 Sample = dict[str, Any]
@@ -77,11 +82,16 @@ def envbuild_image(folder: Path, base: str, tag: str) -> Sample:
         "smoke_summary": doc.get("smoke_summary"),
         "smoke_reused": bool(doc.get("smoke_reused")),
         "unchanged": bool(doc.get("unchanged")),
+        # Each step's seconds (`steps_s`); the wall time less their sum is the CLI's start.
+        "steps": doc.get("steps_s"),
+        "cli_start_s": round(step["seconds"] - sum((doc.get("steps_s") or {}).values()), 3),
     }
 
 
-def peer(ctx: Path, base: str, gpu_args: list[str]) -> Sample:
-    """`docker build` of the hand-written Dockerfile, then its check run with the GPU."""
+def peer(ctx: Path, base: str, gpu_args: list[str], check: tuple[str, ...] = ()) -> Sample:
+    """`docker build` of the hand-written Dockerfile, then its check run with the GPU: the
+    toy check by default, or `check` (the full check, benchmarks/peer/gpu_full_check.py,
+    with PEER_TIER in `gpu_args`)."""
     env = {**os.environ, "DOCKER_BUILDKIT": "0"}
     started = time.monotonic()
     built = subprocess.run(
@@ -95,7 +105,10 @@ def peer(ctx: Path, base: str, gpu_args: list[str]) -> Sample:
     if built.returncode != 0:
         raise RuntimeError(f"peer docker build exited {built.returncode}: {built.stderr[-2000:]}")
     ran = subprocess.run(
-        ["docker", "run", "--rm", *gpu_args, PEER_TAG], capture_output=True, text=True, check=False
+        ["docker", "run", "--rm", *gpu_args, PEER_TAG, *check],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     wall = time.monotonic() - started
     if ran.returncode != 0:
@@ -131,13 +144,25 @@ def probes(gpu_args: list[str]) -> dict[str, Any]:
         ],
         "host_check": [sys.executable, check],
     }
+    probe = "/probe/cuda_startup_probe.py"
+    mount = ["-v", f"{REPO / 'tests/gpu'}:/probe:ro"]
+    for mode in ("serial", "early"):
+        flag = ["--early"] if mode == "early" else []
+        argvs[f"startup_host_{mode}"] = [
+            sys.executable,
+            str(REPO / "tests/gpu/cuda_startup_probe.py"),
+            *flag,
+        ]
+        argvs[f"startup_container_{mode}"] = [
+            *("docker", "run", "--rm", *gpu_args, *mount, BASE, "python3", probe, *flag)
+        ]
     out: dict[str, Any] = {}
     for name, argv in argvs.items():
         runs = []
         for _ in range(2):
             step = e2e.run(argv, timeout=300)
             runs.append({"rc": step["rc"], "seconds": step["seconds"]})
-            if name == "host_check":
+            if name == "host_check" or name.startswith("startup_"):
                 runs[-1]["split"] = last_json(step["stdout_tail"])
         out[name] = runs
     if shutil.which("nvidia-smi"):
@@ -262,34 +287,46 @@ def rows(samples: dict[str, list[Sample]], stages: dict[str, Any]) -> list[dict[
     def wall(key: str) -> list[float]:
         return [float(s["wall_s"]) for s in samples[key]]
 
-    cold_note = stage_note(stages["envbuild_cold"], stages["peer_cold"])
+    cold_note = stage_note(stages["envbuild_cold"], stages["peer_full_cold"])
     warm_note = stage_note(stages["envbuild_warm"], stages["peer_warm"])
     unchanged = sum(1 for s in samples["envbuild_warm"] if s["unchanged"])
     warm_note += f"; envbuild found the tag up to date in {unchanged} of {WARM} runs"
-    tier1_note = stage_note(stages["envbuild_cold_tier1"], stages["peer_cold"])
+    tier1_note = stage_note(stages["envbuild_cold_tier1"], stages["peer_tier1_cold"])
+    toy_note = stage_note(stages["envbuild_cold"], stages["peer_cold"])
     return [
         row(
-            "H200 cold build to a tag (envbuild: build + smoke on the GPU + tag)",
+            "H200 cold build to a tag (envbuild: build + smoke tier 2 on the GPU + tag; the "
+            "peer checks the same things)",
             wall("envbuild_cold"),
-            wall("peer_cold"),
-            peer_name=PEER_NAME,
+            wall("peer_full_cold"),
+            peer_name=FULL_NAME,
             note=cold_note,
+            goal=1.0,
+        ),
+        row(
+            "H200 cold build, `[smoke] tier = 1` (the peer checks the same: GPU, versions, "
+            "archs, memory)",
+            wall("envbuild_cold_tier1"),
+            wall("peer_tier1_cold"),
+            peer_name=FULL_NAME + " with PEER_TIER=1",
+            note=tier1_note,
             goal=1.0,
         ),
         row(
             "H200 warm rebuild, nothing changed",
             wall("envbuild_warm"),
             wall("peer_warm"),
-            peer_name=PEER_NAME,
+            peer_name=FULL_NAME,
             note=warm_note,
             goal=1.3,
         ),
         row(
-            "H200 cold build, the same request with `[smoke] tier = 1` (no training)",
-            wall("envbuild_cold_tier1"),
+            "H200 cold build, tier 2, beside the toy check (30 steps of a small MLP, nothing "
+            "else checked)",
+            wall("envbuild_cold"),
             wall("peer_cold"),
             peer_name=PEER_NAME,
-            note=tier1_note,
+            note=toy_note,
         ),
     ]
 
@@ -312,7 +349,8 @@ def main() -> int:
         ctx = WORK / "peer"
         ctx.mkdir()
         shutil.copy(REPO / "benchmarks/peer/torch-gpu.Dockerfile", ctx / "Dockerfile")
-        shutil.copy(REPO / "benchmarks/peer/gpu_train_check.py", ctx / "gpu_train_check.py")
+        for script in ("gpu_train_check.py", "gpu_full_check.py"):
+            shutil.copy(REPO / "benchmarks/peer" / script, ctx / script)
         gpu_args = ["--device", "nvidia.com/gpu=all"] if device else ["-e", "PEER_ALLOW_CPU=1"]
         result["probes"] = probes(gpu_args)
         cold = cold_rounds(
@@ -320,12 +358,14 @@ def main() -> int:
                 "envbuild_cold": lambda b: envbuild_image(tier2, b, TAG),
                 "peer_cold": lambda b: peer(ctx, b, gpu_args),
                 "envbuild_cold_tier1": lambda b: envbuild_image(tier1, b, TAG1),
+                "peer_full_cold": lambda b: peer(ctx, b, [*gpu_args, "-e", "PEER_TIER=2"], FULL),
+                "peer_tier1_cold": lambda b: peer(ctx, b, [*gpu_args, "-e", "PEER_TIER=1"], FULL),
             }
         )
         warm = warm_rounds(
             {
                 "envbuild_warm": lambda b: envbuild_image(tier2, b, TAG),
-                "peer_warm": lambda b: peer(ctx, b, gpu_args),
+                "peer_warm": lambda b: peer(ctx, b, [*gpu_args, "-e", "PEER_TIER=2"], FULL),
             },
             f"{BASE}-bench{COLD - 1}",
         )
