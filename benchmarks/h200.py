@@ -6,6 +6,7 @@ and `envbuild image` of the GPU example beside a hand-written Dockerfile there
 from __future__ import annotations
 
 import json
+import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -165,8 +166,12 @@ def _h200_build_notes(doc: Mapping[str, Any]) -> list[str]:
         f"{settings.get('warm_samples', '?')} samples interleaved on the last round's base, "
         "nothing changed. envbuild's time is the whole `envbuild image --json` (the lock made "
         "once before); the peer's is `docker build` (classic builder, as envbuild's) plus "
-        "`docker run --device nvidia.com/gpu=all` of its training check "
-        "(benchmarks/peer/torch-gpu.Dockerfile, benchmarks/peer/gpu_train_check.py).",
+        "`docker run --device nvidia.com/gpu=all` of its check "
+        "(benchmarks/peer/torch-gpu.Dockerfile): benchmarks/peer/gpu_full_check.py, the same "
+        "checks as the smoke's tier 2 (PEER_TIER=1: tier 1's), or the toy "
+        "benchmarks/peer/gpu_train_check.py in the reference row. The three peer sides of a "
+        "round share one Dockerfile, so the second and third find the first's build cached "
+        "(the peer's build is 20 to 50 ms either way).",
     ]
     setup = doc.get("setup") or {}
     locks = setup.get("lock_s") or {}
@@ -177,7 +182,7 @@ def _h200_build_notes(doc: Mapping[str, Any]) -> list[str]:
             f"{_fmt(setup.get('base_s'), 's')}, `envbuild lock` (probes the base in a "
             f"container) {each}."
         )
-    gap = _h200_cold_gap(doc.get("stages") or {})
+    gap = _h200_cold_gap(doc.get("stages") or {}, doc.get("samples") or {})
     if gap:
         notes.append(gap)
     probes = doc.get("probes") or {}
@@ -199,9 +204,10 @@ def _h200_build_notes(doc: Mapping[str, Any]) -> list[str]:
     return notes
 
 
-def _h200_cold_gap(stages: Mapping[str, Any]) -> str:
+def _h200_cold_gap(stages: Mapping[str, Any], samples: Mapping[str, Any]) -> str:
     """Where the cold difference between the two sides goes (medians of each stage)."""
-    ours, theirs = stages.get("envbuild_cold") or {}, stages.get("peer_cold") or {}
+    ours = stages.get("envbuild_cold") or {}
+    theirs = stages.get("peer_full_cold") or stages.get("peer_cold") or {}
     keys = ("wall_s", "build_s", "other_s", "smoke_s", "tag_s")
     if not all(isinstance(ours.get(k), (int, float)) for k in keys) or not all(
         isinstance(theirs.get(k), (int, float)) for k in ("wall_s", "build_s", "run_s")
@@ -217,6 +223,22 @@ def _h200_cold_gap(stages: Mapping[str, Any]) -> str:
         f"{_fmt(ours['smoke_s'], 's')} against the peer's `docker run` "
         f"{_fmt(theirs['run_s'], 's')}, "
         f"of which the smoke's tier 1 {_fmt(pay.get('tier1_s'), 's')} and its tier 2 checks "
-        f"beyond training (conv, sdpa, matmul repeat, throughput) {_fmt(extra, 's')} have no "
-        "counterpart in the peer's check."
+        f"beyond training (conv, sdpa, matmul repeat, throughput) {_fmt(extra, 's')}."
+        + _steps_note(samples.get("envbuild_cold") or [])
     )
+
+
+def _steps_note(runs: Sequence[Any]) -> str:
+    """envbuild's own steps (`steps_s` of `image --json`) besides build and smoke, and its
+    CLI start (the wall time less the steps), medians of the cold runs."""
+    seen = [
+        r["steps"] for r in runs if isinstance(r, Mapping) and isinstance(r.get("steps"), Mapping)
+    ]
+    names = {k for steps in seen for k in steps} - {"build", "smoke"}
+    own = {k: statistics.median(float(s.get(k, 0.0)) for s in seen) for k in names}
+    starts = [r["cli_start_s"] for r in runs if isinstance(r, Mapping) and "cli_start_s" in r]
+    if starts:
+        own["CLI start"] = statistics.median(float(v) for v in starts)
+    own = {k: v for k, v in own.items() if v >= 0.005}
+    each = ", ".join(f"{k} {_fmt(v, 's')}" for k, v in sorted(own.items(), key=lambda x: -x[1]))
+    return f" envbuild's steps beside build and smoke (`steps_s`): {each}." if each else ""

@@ -178,9 +178,10 @@ def medians(samples: list[Sample]) -> dict[str, Any]:
     for key in sorted(keys - {"smoke_reused", "unchanged"}):
         values = [s[key] for s in samples if isinstance(s.get(key), (int, float))]
         out[key] = round(statistics.median(values), 3)
-    payload = [s["payload"] for s in samples if isinstance(s.get("payload"), dict)]
-    if payload:
-        out["payload"] = medians(payload)
+    for part in ("payload", "steps"):
+        inner = [s[part] for s in samples if isinstance(s.get(part), dict)]
+        if inner:
+            out[part] = medians(inner)
     return out
 
 

@@ -327,11 +327,20 @@ def test_h200_cold_gap_splits_the_difference_by_stage() -> None:
         },
         "peer_cold": {"wall_s": 14.0, "build_s": 0.05, "run_s": 13.9},
     }
-    text = h200_bench._h200_cold_gap(stages)
+    runs = [
+        {"steps": {"build": 0.6, "smoke": 15.8, "engine": 0.2, "inputs": 0.1}, "cli_start_s": 0.3},
+        {"steps": {"build": 0.5, "smoke": 15.0, "engine": 0.4, "inputs": 0.1}, "cli_start_s": 0.5},
+    ]
+    text = h200_bench._h200_cold_gap(stages, {"envbuild_cold": runs})
     assert text.startswith("Where the cold difference (+3.6 s) goes, medians: ")
     assert "own steps (build, tag and the rest) 1.9 s against the peer's build 50 ms" in text
-    assert "tier 1 0.3 s and its tier 2 checks beyond training" in text and "1.3 s have" in text
-    assert h200_bench._h200_cold_gap({"peer_cold": stages["peer_cold"]}) == ""
+    assert "tier 1 0.3 s and its tier 2 checks beyond training" in text and "1.3 s." in text
+    # The steps beside build and smoke, as medians, largest first, the CLI start among them.
+    assert text.endswith("(`steps_s`): CLI start 0.4 s, engine 0.3 s, inputs 0.1 s.")
+    # The peer that checks the same things is the one compared with, where the run has it.
+    full = {**stages, "peer_full_cold": {"wall_s": 17.0, "build_s": 0.05, "run_s": 16.9}}
+    assert "difference (+0.6 s)" in h200_bench._h200_cold_gap(full, {})
+    assert h200_bench._h200_cold_gap({"peer_cold": stages["peer_cold"]}, {}) == ""
 
 
 def test_lock_peer_resolves_a_projects_own_requirements_too() -> None:
