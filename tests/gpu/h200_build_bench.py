@@ -125,11 +125,15 @@ def peer(ctx: Path, base: str, gpu_args: list[str], check: tuple[str, ...] = ())
 
 
 def last_json(lines: list[str]) -> dict[str, Any] | None:
-    try:
-        doc = json.loads(lines[-1]) if lines else None
-    except ValueError:
-        return None
-    return doc if isinstance(doc, dict) else None
+    """The last line of a tail that is a JSON object (a warning may follow it)."""
+    for line in reversed(lines):
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(doc, dict):
+            return doc
+    return None
 
 
 def probes(gpu_args: list[str]) -> dict[str, Any]:
@@ -163,7 +167,8 @@ def probes(gpu_args: list[str]) -> dict[str, Any]:
             step = e2e.run(argv, timeout=300)
             runs.append({"rc": step["rc"], "seconds": step["seconds"]})
             if name == "host_check" or name.startswith("startup_"):
-                runs[-1]["split"] = last_json(step["stdout_tail"])
+                # A stdout that is one JSON document is in step["json"] (its tail is empty).
+                runs[-1]["split"] = step.get("json") or last_json(step["stdout_tail"])
         out[name] = runs
     if shutil.which("nvidia-smi"):
         smi = e2e.run(["nvidia-smi", "--query-gpu=persistence_mode", "--format=csv,noheader"])
