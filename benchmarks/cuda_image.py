@@ -174,6 +174,24 @@ def _measure(builds: _CudaBuilds, base_image: str, repeats: tuple[int, int], out
     )
 
 
+def cuda_image_results(results_dir: Path = RESULTS_DIR) -> Section:
+    """The last standalone run (results/cuda-image.json), for a `make bench` that skipped it
+    or `--report-only`; nothing when it was never run."""
+    path = results_dir / "cuda-image.json"
+    if not path.exists():
+        return {}
+    section: Section = json.loads(path.read_text())
+    facts = section.get("machine") or {}
+    when = facts.get("date (UTC)", "?")
+    section["notes"] = [
+        *section.get("notes", []),
+        f"Read from results/cuda-image.json (measured alone, {when} UTC, git {facts.get('git')}, "
+        f"load average {facts.get('load average at start')} at start, "
+        f"{facts.get('load average at end')} at end); not measured in this run.",
+    ]
+    return section
+
+
 def _markdown(section: Section, machine: dict[str, object]) -> str:
     from benchmarks.report import _table
 
