@@ -174,28 +174,30 @@ def _measure(builds: _CudaBuilds, base_image: str, repeats: tuple[int, int], out
     )
 
 
-def cuda_image_results(results_dir: Path = RESULTS_DIR) -> Section:
-    """The last standalone run (results/cuda-image.json), for a `make bench` that skipped it
-    or `--report-only`; nothing when it was never run."""
-    path = results_dir / "cuda-image.json"
+def read_alone(path: Path) -> Section:
+    """A section measured alone (its JSON under results/), for a `make bench` that skipped it
+    or `--report-only`, with a note saying when and at which commit; {} when never run."""
     if not path.exists():
         return {}
     section: Section = json.loads(path.read_text())
     facts = section.get("machine") or {}
-    when = facts.get("date (UTC)", "?")
     section["notes"] = [
         *section.get("notes", []),
-        f"Read from results/cuda-image.json (measured alone, {when} UTC, git {facts.get('git')}, "
-        f"load average {facts.get('load average at start')} at start, "
+        f"Read from results/{path.name} (measured alone, {facts.get('date (UTC)', '?')} UTC, "
+        f"git {facts.get('git')}, load average {facts.get('load average at start')} at start, "
         f"{facts.get('load average at end')} at end); not measured in this run.",
     ]
     return section
 
 
-def _markdown(section: Section, machine: dict[str, object]) -> str:
+def cuda_image_results(results_dir: Path = RESULTS_DIR) -> Section:
+    return read_alone(results_dir / "cuda-image.json")
+
+
+def markdown(section: Section, machine: dict[str, object], command: str) -> str:
     from benchmarks.report import _table
 
-    lines = [f"# {section['title']}", "", "Written by `python -m benchmarks.cuda_image`.", ""]
+    lines = [f"# {section['title']}", "", f"Written by `{command}`.", ""]
     lines += [f"- {k}: {v}" for k, v in machine.items()]
     lines.append("")
     if "skipped" in section:
@@ -224,7 +226,7 @@ def main() -> None:
     (RESULTS_DIR / "cuda-image.json").write_text(
         json.dumps(section, indent=2, sort_keys=True) + "\n"
     )
-    text = _markdown(section, facts)
+    text = markdown(section, facts, "python -m benchmarks.cuda_image")
     (RESULTS_DIR / "cuda-image.md").write_text(text)
     print(text)
     sys.exit(1 if "error" in section else 0)

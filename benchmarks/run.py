@@ -8,7 +8,8 @@ asserted: benchmarks report, tests check behaviour.
 This module is the entry point (`python -m benchmarks.run`, `--report-only`) and the machine
 facts; each section has its module: cli_start.py (1), resolving.py (2), lock.py (3), build.py
 and layers.py (4), h200.py (5 and 6, read from committed GPU runs), fleet.py (7), scale.py (8),
-cuda_image.py (9; `python -m benchmarks.cuda_image` runs it alone);
+cuda_image.py (9; `python -m benchmarks.cuda_image` runs it alone), code_change.py (10; the
+same with `python -m benchmarks.code_change`);
 report.py writes RESULTS.md
 and common.py holds what they share.
 
@@ -18,9 +19,10 @@ BENCH_COLD_BUILD_REPEAT (cold build pairs, default 1, who goes first alternates)
 (comma list, default every images/* folder), BENCH_BASE (local base image, default
 envbuild-e2e/base:bookworm from `tests/e2e.sh prepare`), BENCH_WHEELS (default /opt/wheels),
 BENCH_CA_CERT, BENCH_CONTEXT (one line about the run shown with the machine: what else was
-running), BENCH_SKIP (comma list of sections: cli,resolve,lock,build,cuda,fleet,scale; a skipped cuda
-section is read from results/cuda-image.json), BENCH_CUDA_COLD_REPEAT and BENCH_CUDA_WARM_REPEAT
-(section 9, default 2 each), BENCH_SCALE_REPEAT
+running), BENCH_SKIP (comma list of sections: cli,resolve,lock,build,cuda,change,fleet,scale; a
+skipped cuda or change section is read from results/cuda-image.json or code-change.json), BENCH_CUDA_COLD_REPEAT and BENCH_CUDA_WARM_REPEAT
+(section 9, default 2 each),
+BENCH_CHANGE_REPEAT (section 10, default 3), BENCH_SCALE_REPEAT
 (samples per size of section 8, default 3), BENCH_KEEP_IMAGES=1.
 """
 
@@ -37,6 +39,7 @@ from typing import Any
 
 from benchmarks.build import bench_build
 from benchmarks.cli_start import bench_cli_start
+from benchmarks.code_change import bench_code_change, code_change_results
 from benchmarks.common import ENVBUILD, RESULTS_DIR, ROOT, UV, Section, _log, _run
 from benchmarks.cuda_image import bench_cuda_image, cuda_image_results
 from benchmarks.fleet import bench_fleet
@@ -110,6 +113,8 @@ def report_only() -> None:
     data["h200_build"] = h200_build_results()
     if "cuda_image" not in data:  # measured alone (python -m benchmarks.cuda_image)
         data["cuda_image"] = cuda_image_results()
+    if "code_change" not in data:  # measured alone (python -m benchmarks.code_change)
+        data["code_change"] = code_change_results()
     _write_atomic(RESULTS_DIR / "latest.json", json.dumps(data, indent=2, sort_keys=True) + "\n")
     _write_atomic(ROOT / "benchmarks" / "RESULTS.md", write_report(data))
 
@@ -171,6 +176,18 @@ def main() -> None:
         )
     else:
         data["cuda_image"] = cuda_image_results()
+    if "change" not in skip:
+        data["code_change"] = _guarded(
+            "10. Code change",
+            lambda: bench_code_change(
+                int(os.environ.get("BENCH_CHANGE_REPEAT", "3")),
+                os.environ.get("BENCH_BASE", "envbuild-e2e/base:bookworm"),
+                Path(os.environ.get("BENCH_WHEELS", "/opt/wheels")),
+                Path(os.environ.get("BENCH_CA_CERT", "/etc/ssl/certs/ca-certificates.crt")),
+            ),
+        )
+    else:
+        data["code_change"] = code_change_results()
     if "fleet" not in skip:
         data["fleet"] = _guarded("7. Fleet read-back", lambda: bench_fleet(repeat))
     if "scale" not in skip:
