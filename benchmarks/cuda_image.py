@@ -185,7 +185,8 @@ def read_alone(path: Path) -> Section:
         *section.get("notes", []),
         f"Read from results/{path.name} (measured alone, {facts.get('date (UTC)', '?')} UTC, "
         f"git {facts.get('git')}, load average {facts.get('load average at start')} at start, "
-        f"{facts.get('load average at end')} at end); not measured in this run.",
+        f"{facts.get('load average at end')} at end); not measured in this run. What the "
+        f"figures say: results/{path.with_suffix('.md').name}.",
     ]
     return section
 

@@ -277,10 +277,10 @@ def write_report(data: Mapping[str, Any]) -> str:
         "build",
         "smoke_h200",
         "h200_build",
-        "cuda_image",
-        "code_change",
         "fleet",
         "scale",
+        "cuda_image",
+        "code_change",
     ):
         section = data.get(key)
         if not section:
