@@ -149,6 +149,10 @@ class _Builds:
         self.phases[kind].append({k: doc.get(k) for k in keys})
         return res
 
+    def peer_run(self, base: str) -> subprocess.CompletedProcess[str]:
+        """The peer's whole turn on `base` (here its build; a subclass may add its own check)."""
+        return _checked(self.peer_argv(base), env=self.peer_env)
+
     def peer_argv(self, base: str) -> list[str]:
         return [
             "docker",
@@ -217,7 +221,7 @@ def _cold_pairs(
                 logs[who] = builds.envbuild_image("cold", base).stderr
                 cold_e.append(time.perf_counter() - t0)
             else:
-                logs[who] = _checked(builds.peer_argv(base), env=builds.peer_env).stdout
+                logs[who] = builds.peer_run(base).stdout
                 cold_p.append(time.perf_counter() - t0)
         if round_base != bench_base:  # keep the disk as it was: only the last round's images stay
             for tag in (ours_tag, peer_tag, round_base):

@@ -121,7 +121,15 @@ def _goal_lines(data: Mapping[str, Any]) -> list[str]:
     """Every row with a goal: its measured ratio beside the ratio it must stay at or under."""
     rows = [
         (section.get("title", key), r)
-        for key in ("cli_start", "resolve", "lock", "build", "h200_build")
+        for key in (
+            "cli_start",
+            "resolve",
+            "lock",
+            "build",
+            "h200_build",
+            "cuda_image",
+            "code_change",
+        )
         for section in [data.get(key) or {}]
         for r in section.get("rows", [])
         if r.get("goal") is not None
@@ -271,6 +279,8 @@ def write_report(data: Mapping[str, Any]) -> str:
         "h200_build",
         "fleet",
         "scale",
+        "cuda_image",
+        "code_change",
     ):
         section = data.get(key)
         if not section:

@@ -7,7 +7,9 @@ asserted: benchmarks report, tests check behaviour.
 
 This module is the entry point (`python -m benchmarks.run`, `--report-only`) and the machine
 facts; each section has its module: cli_start.py (1), resolving.py (2), lock.py (3), build.py
-and layers.py (4), h200.py (5 and 6, read from committed GPU runs), fleet.py (7), scale.py (8);
+and layers.py (4), h200.py (5 and 6, read from committed GPU runs), fleet.py (7), scale.py (8),
+cuda_image.py (9; `python -m benchmarks.cuda_image` runs it alone), code_change.py (10; the
+same with `python -m benchmarks.code_change`);
 report.py writes RESULTS.md
 and common.py holds what they share.
 
@@ -17,7 +19,10 @@ BENCH_COLD_BUILD_REPEAT (cold build pairs, default 1, who goes first alternates)
 (comma list, default every images/* folder), BENCH_BASE (local base image, default
 envbuild-e2e/base:bookworm from `tests/e2e.sh prepare`), BENCH_WHEELS (default /opt/wheels),
 BENCH_CA_CERT, BENCH_CONTEXT (one line about the run shown with the machine: what else was
-running), BENCH_SKIP (comma list of sections: cli,resolve,lock,build,fleet,scale), BENCH_SCALE_REPEAT
+running), BENCH_SKIP (comma list of sections: cli,resolve,lock,build,cuda,change,fleet,scale; a
+skipped cuda or change section is read from results/cuda-image.json or code-change.json), BENCH_CUDA_COLD_REPEAT and BENCH_CUDA_WARM_REPEAT
+(section 9, default 2 each),
+BENCH_CHANGE_REPEAT (section 10, default 3), BENCH_SCALE_REPEAT
 (samples per size of section 8, default 3), BENCH_KEEP_IMAGES=1.
 """
 
@@ -34,7 +39,9 @@ from typing import Any
 
 from benchmarks.build import bench_build
 from benchmarks.cli_start import bench_cli_start
+from benchmarks.code_change import bench_code_change, code_change_results
 from benchmarks.common import ENVBUILD, RESULTS_DIR, ROOT, UV, Section, _log, _run
+from benchmarks.cuda_image import bench_cuda_image, cuda_image_results
 from benchmarks.fleet import bench_fleet
 from benchmarks.h200 import h200_build_results, smoke_results
 from benchmarks.lock import bench_lock
@@ -104,6 +111,10 @@ def report_only() -> None:
     data = json.loads((RESULTS_DIR / "latest.json").read_text())
     data["smoke_h200"] = smoke_results()
     data["h200_build"] = h200_build_results()
+    if "cuda_image" not in data:  # measured alone (python -m benchmarks.cuda_image)
+        data["cuda_image"] = cuda_image_results()
+    if "code_change" not in data:  # measured alone (python -m benchmarks.code_change)
+        data["code_change"] = code_change_results()
     _write_atomic(RESULTS_DIR / "latest.json", json.dumps(data, indent=2, sort_keys=True) + "\n")
     _write_atomic(ROOT / "benchmarks" / "RESULTS.md", write_report(data))
 
@@ -153,6 +164,30 @@ def main() -> None:
             Path(os.environ.get("BENCH_CA_CERT", "/etc/ssl/certs/ca-certificates.crt")),
             cold_build_repeat,
         )
+    if "cuda" not in skip:
+        data["cuda_image"] = _guarded(
+            "9. CUDA image build",
+            lambda: bench_cuda_image(
+                int(os.environ.get("BENCH_CUDA_COLD_REPEAT", "2")),
+                int(os.environ.get("BENCH_CUDA_WARM_REPEAT", "2")),
+                os.environ.get("BENCH_BASE", "envbuild-e2e/base:bookworm"),
+                Path(os.environ.get("BENCH_CA_CERT", "/etc/ssl/certs/ca-certificates.crt")),
+            ),
+        )
+    else:
+        data["cuda_image"] = cuda_image_results()
+    if "change" not in skip:
+        data["code_change"] = _guarded(
+            "10. Code change",
+            lambda: bench_code_change(
+                int(os.environ.get("BENCH_CHANGE_REPEAT", "3")),
+                os.environ.get("BENCH_BASE", "envbuild-e2e/base:bookworm"),
+                Path(os.environ.get("BENCH_WHEELS", "/opt/wheels")),
+                Path(os.environ.get("BENCH_CA_CERT", "/etc/ssl/certs/ca-certificates.crt")),
+            ),
+        )
+    else:
+        data["code_change"] = code_change_results()
     if "fleet" not in skip:
         data["fleet"] = _guarded("7. Fleet read-back", lambda: bench_fleet(repeat))
     if "scale" not in skip:

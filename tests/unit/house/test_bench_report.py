@@ -373,3 +373,39 @@ def test_the_fleet_benchmark_inputs_read_back_in_every_end_state(tmp_path: Path)
     run = bench.slurm_folder(tmp_path, 200)
     slurm = fleet_run.slurm_results(app.read_slurm_folder(run, ""))
     assert slurm.to_json()["counts"] == {"failed": 14, "never_started": 6, "passed": 180}
+
+
+def test_cuda_peer_requirements_pin_every_locked_package_with_its_hashes() -> None:
+    from benchmarks import cuda_image
+    from envbuild.lock import format as lockfile
+
+    text = (common.ROOT / "images" / "torch-slim" / "envbuild.lock").read_text()
+    lock = lockfile.loads(text)
+    reqs = cuda_image.requirements_from_lock(text)
+    for p in lock.packages:
+        assert f"{p.name}=={p.version} \\" in reqs
+        for h in p.hashes:
+            assert f"--hash={h}" in reqs
+    assert reqs.count("==") == len(lock.packages)
+
+
+def test_cuda_image_section_is_read_back_and_reported_with_its_goals(tmp_path: Path) -> None:
+    from benchmarks import cuda_image
+
+    assert cuda_image.cuda_image_results(tmp_path) == {}
+    section = {
+        "title": "9. CUDA image build",
+        "rows": [
+            common.row("cold", [200.0, 210.0], [190.0, 200.0], peer_name="p", goal=1.0),
+            common.row("size", 4.1, 4.0, unit="GB", goal=0.9),
+        ],
+        "notes": [],
+        "machine": {"date (UTC)": "2026-12-03 07:39", "git": "abc1234"},
+    }
+    (tmp_path / "cuda-image.json").write_text(json.dumps(section))
+    read = cuda_image.cuda_image_results(tmp_path)
+    assert "measured alone, 2026-12-03 07:39 UTC, git abc1234" in read["notes"][-1]
+    text = report_bench.write_report({**_canned(), "cuda_image": read})
+    assert "## 9. CUDA image build" in text
+    assert "| cold | 9 |" in text and "| size | 9 |" in text
+    assert "**no**, 14% over" in text  # 4.1 / 4.0 = 1.025x against 0.90x
