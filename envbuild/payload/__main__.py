@@ -151,9 +151,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.tier:
         plan["tier"] = args.tier
     framework = detect_framework(plan.get("framework"))
-    # Before NVML and the import, so that CUDA's start overlaps both (EarlyDriver says why);
-    # torch only: JAX and TensorFlow make their own contexts on every visible GPU.
-    early = hostmod.EarlyDriver() if framework == "torch" else None
     report = new_report(plan, framework)
     report["host"] = hostmod.nvml_facts()
     if framework not in FRAMEWORKS:
@@ -215,8 +212,6 @@ def main(argv: list[str] | None = None) -> int:
         )
     finally:
         watchdog.cancel()
-    if early is not None:
-        report["metrics"]["cuda_early"] = early.outcome()
     return finish(report, started)
 
 

@@ -6,11 +6,9 @@ library only (pynvml is optional inside images).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import shutil
 import subprocess
-import threading
 import time
 from typing import Any
 
@@ -41,40 +39,6 @@ def nvml_facts() -> dict[str, Any]:
     finally:
         with contextlib.suppress(Exception):
             reader.close()
-
-
-class EarlyDriver:
-    """CUDA's start (cuInit, then device 0's primary context) on a thread while the main thread
-    imports the framework: on the H200 `import torch` took 4 s and CUDA's start 5-7 s, one
-    after the other (benchmarks/results/h200-build-bench.json, `probes`). The framework then
-    finds that context made: the runtime uses the device's primary context (CUDA Runtime API,
-    "Interactions with the CUDA Driver API",
-    docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__DRIVER.html), and cuInit is
-    idempotent. Any failure is only recorded: the framework's own start reports it."""
-
-    def __init__(self, library: str = "libcuda.so.1") -> None:
-        self.result: dict[str, Any] = {}
-        self._library = library
-        self._thread = threading.Thread(target=self._start, name="cuda-early", daemon=True)
-        self._thread.start()
-
-    def _start(self) -> None:
-        began = time.perf_counter()
-        try:
-            # ctypes lets go of the GIL during each call: the import goes on meanwhile.
-            cuda = ctypes.CDLL(self._library)
-            device, context = ctypes.c_int(), ctypes.c_void_p()
-            rc = cuda.cuInit(0)
-            rc = rc or cuda.cuDeviceGet(ctypes.byref(device), 0)
-            rc = rc or cuda.cuDevicePrimaryCtxRetain(ctypes.byref(context), device)
-            self.result = {"rc": int(rc), "seconds": round(time.perf_counter() - began, 3)}
-        except (OSError, AttributeError) as exc:  # no driver library here (a CPU host)
-            self.result = {"error": str(exc)[:200]}
-
-    def outcome(self, wait_s: float = 1.0) -> dict[str, Any] | None:
-        """What the start did ({"rc", "seconds"} or {"error"}), None while it still runs."""
-        self._thread.join(wait_s)
-        return None if self._thread.is_alive() else dict(self.result)
 
 
 # NVML's nvmlGpuTopologyLevel_t values (nvml.h) -> the words `nvidia-smi topo -m` prints.
