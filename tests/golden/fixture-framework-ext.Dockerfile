@@ -49,6 +49,11 @@ ENV PATH=/opt/envbuild/bin:$PATH \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONUNBUFFERED=1
 
+# Non-root runtime user envbuild with uid/gid 1000 (switched to at the end: USER).
+RUN if getent passwd 1000 > /dev/null; then userdel --remove "$(id -nu 1000)"; fi \
+ && if ! getent group 1000 > /dev/null; then groupadd --gid 1000 envbuild; fi \
+ && useradd --create-home --uid 1000 --gid 1000 --shell /bin/bash envbuild
+
 # The extra packages, hash-checked and without resolving (--no-deps): the lock resolved them
 # under the base's installed versions. The same pins and the base's versions stay as
 # constraints for later installs.
@@ -68,10 +73,7 @@ ENV PIP_CONSTRAINT=/opt/envbuild/constraints.txt
 COPY payload/ /opt/envbuild/payload/
 COPY plan.json envbuild.lock /opt/envbuild/
 
-# Non-root final user envbuild with uid/gid 1000, as in the other templates.
-RUN if getent passwd 1000 > /dev/null; then userdel --remove "$(id -nu 1000)"; fi \
- && if ! getent group 1000 > /dev/null; then groupadd --gid 1000 envbuild; fi \
- && useradd --create-home --uid 1000 --gid 1000 --shell /bin/bash envbuild
+# Run as the non-root user made early (`account`), as in the other templates.
 USER 1000:1000
 WORKDIR /home/envbuild
 

@@ -14,6 +14,11 @@ RUN apt-get update \
  && apt-get clean \
  && rm -rf /var/lib/apt/lists/*
 
+# Non-root runtime user envbuild with uid/gid 1000 (switched to at the end: USER).
+RUN if getent passwd 1000 > /dev/null; then userdel --remove "$(id -nu 1000)"; fi \
+ && if ! getent group 1000 > /dev/null; then groupadd --gid 1000 envbuild; fi \
+ && useradd --create-home --uid 1000 --gid 1000 --shell /bin/bash envbuild
+
 # The venv every envbuild image uses; first on PATH, so `python` and `pip` are the venv's.
 RUN python3.11 -m venv --without-pip /opt/venv
 ENV VIRTUAL_ENV=/opt/venv \
@@ -40,11 +45,7 @@ ENV PIP_CONSTRAINT=/opt/envbuild/constraints.txt
 COPY payload/ /opt/envbuild/payload/
 COPY plan.json envbuild.lock /opt/envbuild/
 
-# Non-root final user envbuild with uid/gid 1000 (Ubuntu 24.04 images ship `ubuntu` with
-# that uid: it is replaced). USER is numeric so Kubernetes runAsNonRoot can verify it.
-RUN if getent passwd 1000 > /dev/null; then userdel --remove "$(id -nu 1000)"; fi \
- && if ! getent group 1000 > /dev/null; then groupadd --gid 1000 envbuild; fi \
- && useradd --create-home --uid 1000 --gid 1000 --shell /bin/bash envbuild
+# Run as the non-root user made early (`account`); numeric, so Kubernetes runAsNonRoot can verify it.
 USER 1000:1000
 WORKDIR /home/envbuild
 
