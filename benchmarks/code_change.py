@@ -134,14 +134,20 @@ def bench_code_change(repeat: int, base_image: str, wheels: Path, ca_cert: Path)
                     goal=0.5,
                 )
             )
+            late = builds.phases["late"]
+            alone = sum(
+                1 for p in late if (p.get("smoke_reused") or {}).get("scope") == "environment"
+            )
             notes.append(
                 f"{repeat} edits, each a new comment line appended to {SOURCE} in both copies, "
                 "who goes first alternating, on a base of this run already built once by both "
                 "(untimed). envbuild's time: lock check, render, build (cached up to the "
-                "project's copy), its smoke test and the project's smoke command (a new image "
-                "id: nothing to reuse), tag. The peer's: `docker build` (cached up to its "
-                f"COPY of the source) and `docker run {' '.join(CHECK)}`. Steps rebuilt per "
-                f"sample: {'; '.join(steps)}."
+                "project's copy), the project's smoke command alone where the environment's "
+                "pass of the first build is found (`smoke_reused.scope` = environment, "
+                f'docs/smoke.md "Code changes": {alone} of {len(late)} samples), else the '
+                "whole smoke test and the command, tag. The peer's: `docker build` (cached up "
+                f"to its COPY of the source) and `docker run {' '.join(CHECK)}`. Steps rebuilt "
+                f"per sample: {'; '.join(steps)}."
             )
     except Exception as err:
         out["error"] = str(err)[-3000:]

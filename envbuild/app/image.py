@@ -49,6 +49,7 @@ from envbuild.render.dockerfile import (
     wheel_paths,
 )
 from envbuild.render.local_wheels import lock_wheelhouse
+from envbuild.request.sourcetree import CONTEXT_DIR
 from envbuild.smoke import plan as smoke
 from envbuild.smoke.container import limits_for
 
@@ -115,9 +116,12 @@ def build_image(
         engine = engine or _default_engine(request, build_inputs)
     with clock.step("pass_store"):
         passes = pass_store(engine, job, request) if request.record_passes else None
-    if passes is not None and not request.resmoke:
+    if passes is not None:
+        # Under --resmoke too: the store finds nothing then, but records this run's pass.
         with clock.step("context_key"):
             job = replace(job, context_key=context_key(engine, job))
+            if job.context_key and has_project_files(job):
+                job = replace(job, env_key=context_key(engine, job, environment=True))
     outcome = build_and_verify(
         engine, job, judge=judge, progress=progress, passes=passes, clock=clock
     )
@@ -199,25 +203,50 @@ class BuildContext(Mapping[str, bytes]):
     def __len__(self) -> int:
         return len(self._files) + len(self._on_disk)
 
-    def digest(self) -> str:
+    def digest(self, *, environment: bool = False) -> str:
         """sha256 of every file: the bytes of those in memory, and (size, mtime, inode) of the
-        wheelhouse's (a changed wheel is a new file or a new mtime, as for rsync and make)."""
+        wheelhouse's (a changed wheel is a new file or a new mtime, as for rsync and make).
+        `environment`: of every file but the project's (`project/...`, and the .dockerignore
+        lines about them, the only ones envbuild writes there)."""
         h = hashlib.sha256()
         for name in self:
+            if environment and name.startswith(PROJECT_FILES):
+                continue
             if name in self._files:
-                h.update(f"{name}\0{hashlib.sha256(self._files[name]).hexdigest()}\0".encode())
+                data = self._files[name]
+                if environment and name == ".dockerignore":
+                    data = _not_about_project(data)
+                h.update(f"{name}\0{hashlib.sha256(data).hexdigest()}\0".encode())
             else:
                 st = self._on_disk[name].stat()
                 h.update(f"{name}\0{st.st_size}:{st.st_mtime_ns}:{st.st_ino}\0".encode())
         return h.hexdigest()
 
 
-def context_key(engine: ContainerEngine, job: ImageJob) -> str:
+PROJECT_FILES = f"{CONTEXT_DIR}/"
+"""Where the project's files are in the build context (`envbuild.request.sourcetree`)."""
+
+
+def _not_about_project(dockerignore: bytes) -> bytes:
+    lines = dockerignore.decode("utf-8", "replace").splitlines()
+    # Comments and blank lines mean nothing to the engine (docs.docker.com/build/concepts/context/).
+    rules = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+    kept = [rule for rule in rules if not rule.lstrip("!").startswith(PROJECT_FILES)]
+    return "\n".join(kept).encode()
+
+
+def has_project_files(job: ImageJob) -> bool:
+    return any(name.startswith(PROJECT_FILES) for name in job.context)
+
+
+def context_key(engine: ContainerEngine, job: ImageJob, *, environment: bool = False) -> str:
     """sha256 of what the build reads: the context, the id of each image a FROM names (as the
     engine has it now), the builder and the build's labels; "" when a FROM image is missing
-    here (the build pulls it: nothing to compare)."""
+    here (the build pulls it: nothing to compare). `environment`: the same without the
+    project's files, the key of every layer below the project's COPY (the Dockerfile copies
+    them last: templates/macros.j2 `project_code`)."""
     context = job.context
-    digest = context.digest() if isinstance(context, BuildContext) else ""
+    digest = context.digest(environment=environment) if isinstance(context, BuildContext) else ""
     if not digest:
         return ""
     ids: list[str] = []

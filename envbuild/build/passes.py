@@ -14,6 +14,12 @@ checks, the GPU devices); a pass is reused only for a plan it `covers`, i.e. one
 630 s limit says nothing about `--smoke-timeout 1`. A pass recorded without a plan (an older
 envbuild) covers nothing.
 
+A pass is also kept under the build's environment key (`env/<key>`: every input of the build
+but the project's files, `envbuild.app.image.context_key`): a candidate that differs from a
+passed one only in the project's code runs the project's own smoke command alone, as its
+environment (base, packages, payload, plan, lock) is the one that passed (docs/smoke.md,
+"Code changes").
+
 One JSON file in the user cache folder, written atomically; an unreadable file is empty.
 """
 
@@ -167,6 +173,18 @@ class FileStore:
 
     def record_built(self, context_key: str, entry: Mapping[str, Any]) -> None:
         self._write(f"{self.key}/built/{context_key}", dict(entry))
+
+    def find_env(self, env_key: str) -> Mapping[str, Any] | None:
+        """The payload's pass of an image built from this environment key (every input of the
+        build but the project's files), when one passed here."""
+        if not self.reuse:
+            return None
+        entry = self._read().get(f"{self.key}/env/{env_key}")
+        ok = isinstance(entry, dict) and isinstance(entry.get("report_label"), str)
+        return entry if ok else None
+
+    def record_env(self, env_key: str, entry: Mapping[str, Any]) -> None:
+        self._write(f"{self.key}/env/{env_key}", dict(entry))
 
     def _write(self, name: str, entry: Mapping[str, Any]) -> None:
         passes = self._read()

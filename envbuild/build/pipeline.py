@@ -91,6 +91,9 @@ class ImageJob:
     context_key: str = ""
     """sha256 of what the build reads (context, base image id, builder: `app.image`); a
     tagged image built from the same key that passed here is used as it is. "": never."""
+    env_key: str = ""
+    """The same without the project's files: a candidate whose environment passed here runs
+    only the project's own smoke command. "": never (no project, or --resmoke)."""
     """How to attach GPUs (auto: gpu_attach.choose decides) and which ones."""
 
 
@@ -196,10 +199,12 @@ def report_label(
     job: ImageJob,
     gpu_attach: Attachment | None = None,
     smoke_command: Mapping[str, Any] | None = None,
+    environment_pass: Mapping[str, Any] | None = None,
 ) -> str:
     """The `envbuild.smoke.report` label: compact, sorted JSON with "ok": true, and what the
     image was built from (a replaced base is recorded here) and how the smoke test got its
-    GPUs."""
+    GPUs; `environment_pass`: the earlier candidate whose payload checks this report holds
+    (only the project's code differs)."""
     data = dict(report)
     data["ok"] = True
     data["envbuild"] = {
@@ -214,6 +219,8 @@ def report_label(
         data["envbuild"]["gpu_attach"] = attached
     if smoke_command is not None:
         data["envbuild"]["smoke_command"] = dict(smoke_command)
+    if environment_pass is not None:
+        data["envbuild"]["environment_pass"] = dict(environment_pass)
     return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
 
@@ -348,6 +355,10 @@ class PassStore(Protocol):
 
     def record_built(self, context_key: str, entry: Mapping[str, Any]) -> None: ...
 
+    def find_env(self, env_key: str) -> Mapping[str, Any] | None: ...
+
+    def record_env(self, env_key: str, entry: Mapping[str, Any]) -> None: ...
+
 
 def build_and_verify(
     engine: ContainerEngine,
@@ -389,11 +400,16 @@ def build_and_verify(
             outcome = _tag_earlier_pass(engine, job, candidate, earlier, built, build_s)
         _record_built(passes, job, outcome, earlier)
         return outcome
+    spec = _smoke_spec(job, candidate, attach)
+    env_pass = _env_pass(passes, job, asked)
+    if env_pass is not None:
+        return _reuse_environment(
+            engine, job, spec, attach, env_pass, built, build_s, progress, passes, clock, asked
+        )
     progress(
         f"candidate {candidate} built in {build_s:.0f} s by {built.builder or engine.name}; "
         "running the smoke test"
     )
-    spec = _smoke_spec(job, candidate, attach)
     passed = _smoke_and_tag(engine, job, spec, attach, judge=judge, progress=progress, clock=clock)
     result, judgement, command, label, image_id, tag_s = passed
     with clock.step("labels_check"):
@@ -421,7 +437,108 @@ def build_and_verify(
         smoke_payload_s=payload_s,
     )
     _record_built(passes, job, outcome, stored)
+    if passes is not None and job.env_key:
+        passes.record_env(job.env_key, {**stored, "candidate_id": candidate})
     return outcome
+
+
+def _reuse_environment(
+    engine: ContainerEngine,
+    job: ImageJob,
+    spec: RunSpec,
+    attach: Attachment | None,
+    env_pass: Mapping[str, Any],
+    built: BuildResult,
+    build_s: float,
+    progress: ProgressFn,
+    passes: PassStore | None,
+    clock: StepClock,
+    asked: Mapping[str, Any],
+) -> ImageOutcome:
+    """Only the project's code changed since this environment passed here: the project's
+    smoke step alone, the tag, and the candidate's pass recorded (as its own)."""
+    progress(
+        f"candidate {built.image_id} built in {build_s:.0f} s by {built.builder or engine.name}; "
+        f"only the project's code changed since its environment passed the smoke test here "
+        f"at {env_pass.get('passed_at')} ({env_pass.get('where')}): running the project's "
+        "smoke step alone (--resmoke runs the whole test)"
+    )
+    with clock.step("smoke"):
+        outcome = _project_only(engine, job, spec, attach, env_pass, built, build_s, progress)
+    done: dict[str, Any] = {"report_label": outcome.report_label, "summary": outcome.summary}
+    done |= {"smoke_s": outcome.smoke_s, "plan": dict(asked), "image_id": outcome.image_id}
+    with clock.step("record_pass"):
+        stored = passes.record(built.image_id, done) if passes is not None else done
+    _record_built(passes, job, outcome, stored)
+    return outcome
+
+
+def _env_pass(
+    passes: PassStore | None, job: ImageJob, asked: Mapping[str, Any]
+) -> Mapping[str, Any] | None:
+    """The recorded pass of this build's environment (`job.env_key`), when its plan covers
+    the one asked for."""
+    if passes is None or not job.env_key:
+        return None
+    found = passes.find_env(job.env_key)
+    if found is None or weaker(found.get("plan"), asked) is not None:
+        return None
+    return found
+
+
+def _project_only(
+    engine: ContainerEngine,
+    job: ImageJob,
+    spec: RunSpec,
+    attach: Attachment | None,
+    env_pass: Mapping[str, Any],
+    built: BuildResult,
+    build_s: float,
+    progress: ProgressFn,
+) -> ImageOutcome:
+    """Tag a candidate whose environment passed here (`env_pass`) after the project's own
+    smoke step alone passed in it. Its report is the environment's, marked as such
+    (`envbuild.environment_pass`), with this run's project step; a failure leaves no tag."""
+    candidate = built.image_id
+    report = json.loads(str(env_pass["report_label"]))
+    report.pop("envbuild", None)
+    judgement = SmokeJudgement(ok=True, report=report, summary=str(env_pass.get("summary", "")))
+    try:
+        command = _project_step(engine, spec, job, candidate, progress, judgement)
+        since = {
+            "image_id": str(env_pass.get("candidate_id", "")),
+            **{k: env_pass[k] for k in ("passed_at", "where", "smoke_s") if k in env_pass},
+        }
+        label = report_label(report, job, attach, command, environment_pass=since)
+        started = time.monotonic()
+        image_id = engine.tag(
+            candidate, job.tag, labels={REPORT_LABEL: label, LOCK_SHA_LABEL: job.lock_sha256}
+        )
+        tag_s = round(time.monotonic() - started, 3)
+        _check_labels(engine, job)
+    except BaseException:
+        if not job.keep_failed:
+            with contextlib.suppress(EnvbuildError):
+                engine.remove_image(candidate)
+        raise
+    smoke_s = round(command["duration_s"], 3) if command else 0.0
+    return ImageOutcome(
+        tag=job.tag,
+        image_id=image_id,
+        candidate_id=candidate,
+        report=report,
+        report_label=label,
+        summary=judgement.summary,
+        build_s=build_s,
+        smoke_s=smoke_s,
+        job=job,
+        builder=built.builder,
+        gpu_attach=attach.to_json() if attach is not None else None,
+        smoke_command=command,
+        tag_s=tag_s,
+        smoke_payload_s=0.0,
+        smoke_reused={**since, "scope": "environment"},
+    )
 
 
 def _smoke_and_tag(

@@ -78,7 +78,13 @@ def _print_outcome(doc: dict[str, Any]) -> None:
         console.line(f"  {doc['smoke_summary']}")
     device = doc.get("device") or "?"
     reused = doc.get("smoke_reused")
-    if reused:
+    if reused and reused.get("scope") == "environment":
+        console.line(
+            f"  smoke:  environment passed on {device} at {reused.get('passed_at')} "
+            f"({reused.get('where')}); only the project's code changed since, so only its "
+            f"smoke step ran (--resmoke runs the whole test) (build {doc['build_s']:.0f} s)"
+        )
+    elif reused:
         console.line(
             f"  smoke:  passed on {device} at {reused.get('passed_at')} ({reused.get('where')}); "
             f"this image id was not tested again (--resmoke runs it) (build {doc['build_s']:.0f} s)"
