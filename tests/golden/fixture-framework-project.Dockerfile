@@ -9,17 +9,16 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ARG DEBIAN_FRONTEND=noninteractive
 
 # The base's own Python holds the framework: it is `python` for the smoke test and for users.
+# The same step makes the non-root runtime user envbuild, uid/gid 1000 (USER: at the end).
 RUN mkdir -p /opt/envbuild/bin \
  && printf '#!/bin/sh\nexec %s "$@"\n' /usr/bin/python > /opt/envbuild/bin/python \
- && chmod 0755 /opt/envbuild/bin/python
+ && chmod 0755 /opt/envbuild/bin/python \
+ && if getent passwd 1000 > /dev/null; then userdel --remove "$(id -nu 1000)"; fi \
+ && if ! getent group 1000 > /dev/null; then groupadd --gid 1000 envbuild; fi \
+ && useradd --create-home --uid 1000 --gid 1000 --shell /bin/bash envbuild
 ENV PATH=/opt/envbuild/bin:$PATH \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONUNBUFFERED=1
-
-# Non-root runtime user envbuild with uid/gid 1000 (switched to at the end: USER).
-RUN if getent passwd 1000 > /dev/null; then userdel --remove "$(id -nu 1000)"; fi \
- && if ! getent group 1000 > /dev/null; then groupadd --gid 1000 envbuild; fi \
- && useradd --create-home --uid 1000 --gid 1000 --shell /bin/bash envbuild
 
 # The extra packages, hash-checked and without resolving (--no-deps): the lock resolved them
 # under the base's installed versions. The same pins and the base's versions stay as
@@ -41,7 +40,7 @@ COPY plan.json envbuild.lock /opt/envbuild/
 COPY --chown=1000:1000 project/ /app/
 RUN python -m pip install --no-cache-dir --no-deps --no-build-isolation --no-index /app
 
-# Run as the non-root user made early (`account`), as in the other templates.
+# Run as the non-root user made early (in the `python` block's RUN), as in the other templates.
 USER 1000:1000
 WORKDIR /home/envbuild
 
