@@ -48,10 +48,6 @@ ENV PIP_CONSTRAINT=/opt/envbuild/constraints.txt
 COPY payload/ /opt/envbuild/payload/
 COPY plan.json envbuild.lock /opt/envbuild/
 
-# Run as the non-root user made early (`account`); numeric, so Kubernetes runAsNonRoot can verify it.
-USER 1000:1000
-WORKDIR /home/envbuild
-
 LABEL org.opencontainers.image.title="torch-cpu" \
       org.opencontainers.image.description="torch 2.7.1 (cpu), Python 3.11, debian12" \
       org.opencontainers.image.version="2.7.1" \
@@ -59,3 +55,7 @@ LABEL org.opencontainers.image.title="torch-cpu" \
       envbuild.lock.sha256="5dee865523390d2781e007e7315f8dc4a3140b877ff6ee749e44f1fa3996b0c3"
 
 CMD ["python"]
+
+# Run as the non-root user made early (`account`); numeric, so Kubernetes runAsNonRoot can verify it.
+USER 1000:1000
+WORKDIR /home/envbuild

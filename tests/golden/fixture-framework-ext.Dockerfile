@@ -72,10 +72,6 @@ ENV PIP_CONSTRAINT=/opt/envbuild/constraints.txt
 COPY payload/ /opt/envbuild/payload/
 COPY plan.json envbuild.lock /opt/envbuild/
 
-# Run as the non-root user made early (in the `python` block's RUN), as in the other templates.
-USER 1000:1000
-WORKDIR /home/envbuild
-
 LABEL org.opencontainers.image.title="ngc-torch-ext" \
       org.opencontainers.image.description="torch 2.9.0a0+50eac811a6.nv25.09 (base), CUDA 13.0, Python 3.12, ubuntu24.04" \
       org.opencontainers.image.version="2.9.0a0+50eac811a6.nv25.09" \
@@ -83,3 +79,7 @@ LABEL org.opencontainers.image.title="ngc-torch-ext" \
       envbuild.lock.sha256="5dee865523390d2781e007e7315f8dc4a3140b877ff6ee749e44f1fa3996b0c3"
 
 CMD ["python"]
+
+# Run as the non-root user made early (in the `python` block's RUN), as in the other templates.
+USER 1000:1000
+WORKDIR /home/envbuild

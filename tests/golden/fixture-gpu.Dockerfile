@@ -44,10 +44,6 @@ ENV PIP_CONSTRAINT=/opt/envbuild/constraints.txt
 COPY payload/ /opt/envbuild/payload/
 COPY plan.json envbuild.lock /opt/envbuild/
 
-# Run as the non-root user made early (`account`); numeric, so Kubernetes runAsNonRoot can verify it.
-USER 1000:1000
-WORKDIR /home/envbuild
-
 LABEL org.opencontainers.image.title="torch-train" \
       org.opencontainers.image.description="torch 2.7.1 (cu128), CUDA 12.8.1, Python 3.12, ubuntu24.04" \
       org.opencontainers.image.version="2.7.1" \
@@ -56,3 +52,7 @@ LABEL org.opencontainers.image.title="torch-train" \
       envbuild.lock.sha256="5dee865523390d2781e007e7315f8dc4a3140b877ff6ee749e44f1fa3996b0c3"
 
 CMD ["python"]
+
+# Run as the non-root user made early (`account`); numeric, so Kubernetes runAsNonRoot can verify it.
+USER 1000:1000
+WORKDIR /home/envbuild

@@ -43,10 +43,6 @@ ENV PIP_CONSTRAINT=/opt/envbuild/constraints.txt
 COPY payload/ /opt/envbuild/payload/
 COPY plan.json envbuild.lock /opt/envbuild/
 
-# Run as the non-root user made early (`account`); numeric, so Kubernetes runAsNonRoot can verify it.
-USER 1000:1000
-WORKDIR /home/envbuild
-
 LABEL org.opencontainers.image.title="fleet" \
       org.opencontainers.image.description="torch 2.10.0 (cu128), CUDA 12.8.1, Python 3.12, ubuntu24.04" \
       org.opencontainers.image.version="2.10.0" \
@@ -54,3 +50,7 @@ LABEL org.opencontainers.image.title="fleet" \
       envbuild.lock.sha256="e5f17c41eeae0cc680ae4c9e88abcaa2d628516277681f2461a850788164cea6"
 
 CMD ["python"]
+
+# Run as the non-root user made early (`account`); numeric, so Kubernetes runAsNonRoot can verify it.
+USER 1000:1000
+WORKDIR /home/envbuild

@@ -45,10 +45,6 @@ ENV PIP_CONSTRAINT=/opt/envbuild/constraints.txt
 COPY payload/ /opt/envbuild/payload/
 COPY plan.json envbuild.lock /opt/envbuild/
 
-# Run as the non-root user made early (`account`); numeric, so Kubernetes runAsNonRoot can verify it.
-USER 1000:1000
-WORKDIR /home/envbuild
-
 LABEL org.opencontainers.image.title="jax-cpu-arm64" \
       org.opencontainers.image.description="jax 0.10.2 (cpu), Python 3.11, debian12" \
       org.opencontainers.image.version="0.10.2" \
@@ -56,3 +52,7 @@ LABEL org.opencontainers.image.title="jax-cpu-arm64" \
       envbuild.lock.sha256="d5a93b36d8e56f35e76ffa4ca2a483a68467d6eee03c29192565b8d9c3c4df76"
 
 CMD ["python"]
+
+# Run as the non-root user made early (`account`); numeric, so Kubernetes runAsNonRoot can verify it.
+USER 1000:1000
+WORKDIR /home/envbuild

@@ -45,10 +45,6 @@ ENV PIP_CONSTRAINT=/opt/envbuild/constraints.txt
 COPY payload/ /opt/envbuild/payload/
 COPY plan.json envbuild.lock /opt/envbuild/
 
-# Run as the non-root user made early (`account`); numeric, so Kubernetes runAsNonRoot can verify it.
-USER 1000:1000
-WORKDIR /home/envbuild
-
 LABEL org.opencontainers.image.title="jax-cpu" \
       org.opencontainers.image.description="jax 0.10.2 (cpu), Python 3.11, debian12" \
       org.opencontainers.image.version="0.10.2" \
@@ -56,3 +52,7 @@ LABEL org.opencontainers.image.title="jax-cpu" \
       envbuild.lock.sha256="f976c0f16a74cc99e2a1026c90903a82a4f107c4aaa327bab7fec191d9b4d633"
 
 CMD ["python"]
+
+# Run as the non-root user made early (`account`); numeric, so Kubernetes runAsNonRoot can verify it.
+USER 1000:1000
+WORKDIR /home/envbuild

@@ -43,10 +43,6 @@ ENV PIP_CONSTRAINT=/opt/envbuild/constraints.txt
 COPY payload/ /opt/envbuild/payload/
 COPY plan.json envbuild.lock /opt/envbuild/
 
-# Run as the non-root user made early (`account`); numeric, so Kubernetes runAsNonRoot can verify it.
-USER 1000:1000
-WORKDIR /home/envbuild
-
 LABEL org.opencontainers.image.title="jax-train" \
       org.opencontainers.image.description="jax 0.12.0.1 (cuda12), CUDA 12.9, Python 3.12, ubuntu24.04" \
       org.opencontainers.image.version="0.12.0.1" \
@@ -54,3 +50,7 @@ LABEL org.opencontainers.image.title="jax-train" \
       envbuild.lock.sha256="fafd16b628e8f5419f613b8f88d0d2633c49a8ecc7993b331a7165df4014c45c"
 
 CMD ["python"]
+
+# Run as the non-root user made early (`account`); numeric, so Kubernetes runAsNonRoot can verify it.
+USER 1000:1000
+WORKDIR /home/envbuild

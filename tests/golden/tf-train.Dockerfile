@@ -43,10 +43,6 @@ ENV PIP_CONSTRAINT=/opt/envbuild/constraints.txt
 COPY payload/ /opt/envbuild/payload/
 COPY plan.json envbuild.lock /opt/envbuild/
 
-# Run as the non-root user made early (`account`); numeric, so Kubernetes runAsNonRoot can verify it.
-USER 1000:1000
-WORKDIR /home/envbuild
-
 LABEL org.opencontainers.image.title="tf-train" \
       org.opencontainers.image.description="tensorflow 2.21.0 (and-cuda), CUDA 12.5.1, Python 3.10, ubuntu22.04" \
       org.opencontainers.image.version="2.21.0" \
@@ -54,3 +50,7 @@ LABEL org.opencontainers.image.title="tf-train" \
       envbuild.lock.sha256="985d7febdc5eac43adff35b3e9b021e8f6b063162fa88faeb800dbf77efe1611"
 
 CMD ["python"]
+
+# Run as the non-root user made early (`account`); numeric, so Kubernetes runAsNonRoot can verify it.
+USER 1000:1000
+WORKDIR /home/envbuild

@@ -45,10 +45,6 @@ ENV PIP_CONSTRAINT=/opt/envbuild/constraints.txt
 COPY payload/ /opt/envbuild/payload/
 COPY plan.json envbuild.lock /opt/envbuild/
 
-# Run as the non-root user made early (`account`); numeric, so Kubernetes runAsNonRoot can verify it.
-USER 1000:1000
-WORKDIR /home/envbuild
-
 LABEL org.opencontainers.image.title="torch-cpu" \
       org.opencontainers.image.description="torch 2.13.0 (cpu), Python 3.11, debian12" \
       org.opencontainers.image.version="2.13.0" \
@@ -56,3 +52,7 @@ LABEL org.opencontainers.image.title="torch-cpu" \
       envbuild.lock.sha256="b5bfaf03e0da2dde1fc1f5e2b9f9fe0880c39cf72acf0894139f74f3e6079142"
 
 CMD ["python"]
+
+# Run as the non-root user made early (`account`); numeric, so Kubernetes runAsNonRoot can verify it.
+USER 1000:1000
+WORKDIR /home/envbuild

@@ -82,10 +82,6 @@ ENV PIP_CONSTRAINT=/opt/envbuild/constraints.txt
 COPY payload/ /opt/envbuild/payload/
 COPY plan.json envbuild.lock /opt/envbuild/
 
-# Run as the non-root user made early (`account`); numeric, so Kubernetes runAsNonRoot can verify it.
-USER 1000:1000
-WORKDIR /home/envbuild
-
 LABEL org.opencontainers.image.title="torch-ext" \
       org.opencontainers.image.description="torch 2.15.0 (cu132), CUDA 13.2, Python 3.11, debian12" \
       org.opencontainers.image.version="2.15.0" \
@@ -93,3 +89,7 @@ LABEL org.opencontainers.image.title="torch-ext" \
       envbuild.lock.sha256="3b0aa7f8065edd8314ba6c23f6034dfab7392471bd52a8f26f9953b7c54f6757"
 
 CMD ["python"]
+
+# Run as the non-root user made early (`account`); numeric, so Kubernetes runAsNonRoot can verify it.
+USER 1000:1000
+WORKDIR /home/envbuild

@@ -38,19 +38,18 @@ ENV PIP_CONSTRAINT=/opt/envbuild/constraints.txt
 COPY payload/ /opt/envbuild/payload/
 COPY plan.json envbuild.lock /opt/envbuild/
 
-# The project's code (small, changes most often: the last layers), writable by the runtime user.
-COPY --chown=1000:1000 project/ /app/
-RUN python -m pip install --no-cache-dir --no-deps --no-build-isolation --no-index /app
-
-# Run as the non-root user made early (`account`); numeric, so Kubernetes runAsNonRoot can verify it.
-USER 1000:1000
-WORKDIR /home/envbuild
-
 LABEL org.opencontainers.image.title="torch-project" \
       org.opencontainers.image.description="torch 2.13.0 (cpu), Python 3.11, debian12" \
       org.opencontainers.image.version="2.13.0" \
       org.opencontainers.image.base.name="debian:bookworm-slim" \
       envbuild.lock.sha256="395c653e2d9ea9b339e30aab8ee9ffc4dc30558c24575e0fa394c3e73e43581c"
 
-WORKDIR /app
 CMD ["python", "-m", "torch_project.train"]
+
+# The project's code (small, changes most often: the last layers), writable by the runtime user.
+COPY --chown=1000:1000 project/ /app/
+RUN python -m pip install --no-cache-dir --no-deps --no-build-isolation --no-index /app
+
+# Run as the non-root user made early (`account`); numeric, so Kubernetes runAsNonRoot can verify it.
+USER 1000:1000
+WORKDIR /app

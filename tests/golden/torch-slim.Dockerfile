@@ -43,10 +43,6 @@ ENV PIP_CONSTRAINT=/opt/envbuild/constraints.txt
 COPY payload/ /opt/envbuild/payload/
 COPY plan.json envbuild.lock /opt/envbuild/
 
-# Run as the non-root user made early (`account`); numeric, so Kubernetes runAsNonRoot can verify it.
-USER 1000:1000
-WORKDIR /home/envbuild
-
 LABEL org.opencontainers.image.title="torch-slim" \
       org.opencontainers.image.description="torch 2.15.0 (cu132), CUDA 13.2, Python 3.11, debian12" \
       org.opencontainers.image.version="2.15.0" \
@@ -54,3 +50,7 @@ LABEL org.opencontainers.image.title="torch-slim" \
       envbuild.lock.sha256="acdd64dea3f4507c2c2398471f484029d507d567b04d8243be4e29fcb0aa0277"
 
 CMD ["python"]
+
+# Run as the non-root user made early (`account`); numeric, so Kubernetes runAsNonRoot can verify it.
+USER 1000:1000
+WORKDIR /home/envbuild

@@ -43,10 +43,6 @@ ENV PIP_CONSTRAINT=/opt/envbuild/constraints.txt
 COPY payload/ /opt/envbuild/payload/
 COPY plan.json envbuild.lock /opt/envbuild/
 
-# Run as the non-root user made early (`account`); numeric, so Kubernetes runAsNonRoot can verify it.
-USER 1000:1000
-WORKDIR /home/envbuild
-
 LABEL org.opencontainers.image.title="torch-train" \
       org.opencontainers.image.description="torch 2.10.0 (cu128), CUDA 12.8.1, Python 3.12, ubuntu24.04" \
       org.opencontainers.image.version="2.10.0" \
@@ -54,3 +50,7 @@ LABEL org.opencontainers.image.title="torch-train" \
       envbuild.lock.sha256="fb2454c1d4e37416f83035af8e5ed7ba66e16ef2bf9b11490c329a107c73961b"
 
 CMD ["python"]
+
+# Run as the non-root user made early (`account`); numeric, so Kubernetes runAsNonRoot can verify it.
+USER 1000:1000
+WORKDIR /home/envbuild

@@ -170,28 +170,28 @@ def test_build_context_holds_the_project_owned_by_the_runtime_user(tmp_path: Pat
     assert "project/pyproject.toml" not in ignore
     dockerfile = files["Dockerfile"].decode()
     # The runtime user is made before the venv, and the code comes after the locked
-    # requirements and the payload: a code change rebuilds only the layers from the code's
-    # COPY on, none of them a RUN but the project's own install (benchmarks/RESULTS.md
-    # section 10). The code belongs to uid 1000, so a script can write checkpoints and logs
-    # into /app, its working directory.
+    # requirements, the payload, the labels and CMD: a code change rebuilds only the code's
+    # COPY, its install, USER and WORKDIR (benchmarks/RESULTS.md section 10). The code
+    # belongs to uid 1000, so a script can write checkpoints and logs into /app, its working
+    # directory (made by the COPY: a WORKDIR before it would make it root's).
     order = [
         dockerfile.index("useradd --create-home --uid 1000"),
         dockerfile.index("-r /opt/envbuild/requirements.lock"),
         dockerfile.index("COPY payload/"),
+        dockerfile.index("LABEL org.opencontainers.image.title"),
+        dockerfile.index('CMD ["python"]'),
         dockerfile.index("COPY --chown=1000:1000 project/ /app/\n"),
         dockerfile.index(
             "RUN python -m pip install --no-cache-dir --no-deps --no-build-isolation "
             "--no-index /app"
         ),
-        dockerfile.index("USER 1000:1000"),
-        dockerfile.index('WORKDIR /app\nCMD ["python"]'),
+        dockerfile.index("USER 1000:1000\nWORKDIR /app\n"),
     ]
     assert order == sorted(order)
     assert "COPY project/" not in dockerfile
     after_code = dockerfile[dockerfile.index("COPY --chown=1000:1000 project/") :]
-    assert [line.split()[0] for line in after_code.splitlines() if line.startswith("RUN ")] == [
-        "RUN"
-    ]
+    steps = [line.split()[0] for line in after_code.splitlines() if line[:1].isupper()]
+    assert steps == ["COPY", "RUN", "USER", "WORKDIR"]
 
 
 def test_edited_lock_values_are_refused_before_rendering() -> None:
