@@ -50,9 +50,14 @@ def _phase_note(runs: Sequence[Mapping[str, Any]]) -> str:
     text = f"envbuild: build {build:.1f} s + smoke {smoke:.1f} s"
     if tag is not None:
         text += f" + tag {tag:.1f} s"
-    reused = sum(1 for r in runs if r.get("smoke_reused"))
-    if reused:
-        text += f"; smoke pass reused in {reused} of {len(runs)} runs (same image id, this host)"
+    scopes = [(r.get("smoke_reused") or {}).get("scope") for r in runs if r.get("smoke_reused")]
+    if (same := scopes.count(None)) > 0:
+        text += f"; smoke pass reused in {same} of {len(runs)} runs (same image id, this host)"
+    if (env := scopes.count("environment")) > 0:
+        text += (
+            f"; the environment's pass reused in {env} of {len(runs)} runs (only the "
+            "project's smoke command ran)"
+        )
     return text + " (medians)"
 
 
