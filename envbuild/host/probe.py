@@ -644,5 +644,12 @@ def load_facts_file(path: Path) -> list[dict[str, Any]]:
                 items.append(json_loads(raw))
             except DocumentError as exc:
                 raise _facts_error(f"line {n} is not JSON ({exc})", f" in {path}") from None
+    if not items:
+        raise _facts_error("the file lists no hosts", f" in {path}")
     items = printable_data(items)
-    return [unwrap_facts(x, where=f" in {path} (entry {i + 1})") for i, x in enumerate(items)]
+    facts = [unwrap_facts(x, where=f" in {path} (entry {i + 1})") for i, x in enumerate(items)]
+    for i, entry in enumerate(facts):
+        # `{}` is valid JSON and no host: reading it as one would resolve for nothing.
+        if not any(entry.get(key) for key in ("hostname", "name", "driver", "gpus")):
+            raise _facts_error("it has no hostname, driver or GPUs", f" in {path} (entry {i + 1})")
+    return facts

@@ -502,6 +502,20 @@ def test_resolve_with_random_values(
             assert_clear_error(out, 2)
 
 
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [("[]", "lists no hosts"), ("{}", "no hostname, driver or GPUs"), ("[{}]", "entry 1")],
+)
+def test_a_hosts_file_of_no_hosts_is_refused(tmp_path: Path, text: str, says: str) -> None:
+    """Valid JSON that names no host (the case hypothesis found below): not a fleet of zero
+    hosts that every stack fits."""
+    hosts = tmp_path / "host.json"
+    hosts.write_text(text)
+    out = run("resolve", "--framework", "torch", "--hosts", str(hosts))
+    assert_clear_error(out, 2, names=str(hosts))
+    assert says in out.text
+
+
 @FEW
 @given(data=st.binary(max_size=400))
 def test_random_bytes_as_hosts_file(tmp_path: Path, data: bytes) -> None:
