@@ -31,7 +31,7 @@ def test_free_threaded_minor(spec: str, minor: str | None) -> None:
     assert free_threaded_minor(spec) == minor
 
 
-def test_every_torch_release_with_cp314t_wheels_says_so_and_its_refusal_resolves_away() -> None:
+def test_every_torch_release_with_cp314t_wheels_resolves_with_a_managed_python() -> None:
     matrix = load_matrix()
     with_wheels = [
         r.version for r in matrix.releases_of("torch") if r.free_threaded and "3.14" in _minors(r)
@@ -39,8 +39,18 @@ def test_every_torch_release_with_cp314t_wheels_says_so_and_its_refusal_resolves
     assert with_wheels[0] == "2.9.0" and "2.15.0" in with_wheels
     request = request_from_flags(framework="torch==2.9.*", python="3.14t", gpus=("H100",))
     answer = resolve(request, matrix)
+    assert isinstance(answer, Stack) and answer.python == "3.14t"
+    assert answer.managed_python is not None and answer.managed_python.free_threaded
+    assert "python_build:3.14t:x86_64" in answer.rows
+
+
+def test_without_a_managed_build_the_refusal_says_so_and_its_ways_out_resolve() -> None:
+    matrix = dataclasses.replace(load_matrix(), python_builds=())
+    request = request_from_flags(framework="torch==2.9.*", python="3.14t", gpus=("H100",))
+    answer = resolve(request, matrix)
     assert isinstance(answer, Unsatisfiable)
     assert any("cp314t wheels exist" in r for r in answer.reasons)
+    assert any("no managed build of it for x86_64" in r for r in answer.reasons)
     for way_out in answer.alternatives[:4]:
         python = way_out.split()[1].rstrip(":")
         again = resolve(dataclasses.replace(request, python=python), matrix)
