@@ -124,3 +124,19 @@ def test_a_free_threaded_python_meets_requires_python_as_its_version() -> None:
     check_python(inputs, "3.14t")  # 3.14 is >= 3.12: no error
     with pytest.raises(UnsatisfiableError, match=re.escape("the stack's Python is 3.13t")):
         check_python(ProjectInputs(requires_python=(Line("<3.13", "pyproject.toml"),)), "3.13t")
+
+
+def test_the_sbom_names_the_managed_python_by_its_sha256() -> None:
+    from cyclonedx.schema import SchemaVersion
+    from cyclonedx.validation.json import JsonStrictValidator
+
+    from envbuild.lock.sbom import sbom
+
+    text = (FIXTURE / "envbuild.lock").read_text(encoding="utf-8")
+    data = sbom(lockfile.loads(text), lockfile.lock_sha256(text))
+    assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(data.decode()) is None
+    document = json.loads(data)
+    (cpython,) = [c for c in document["components"] if c["name"] == "cpython"]
+    assert cpython["version"] == "3.9.25" and cpython["group"] == "python-build-standalone"
+    assert cpython["hashes"] == [{"alg": "SHA-256", "content": SHA}]
+    assert cpython["purl"].startswith("pkg:generic/python-build-standalone/cpython@3.9.25?")

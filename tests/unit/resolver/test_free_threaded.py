@@ -72,5 +72,24 @@ def test_a_malformed_free_threaded_range_is_a_matrix_problem() -> None:
 
 def test_an_os_that_is_asked_for_and_ships_no_free_threaded_python_is_refused() -> None:
     request = request_from_flags(python="3.13t", os_name="debian13")
-    with pytest.raises(UserError, match=re.escape("debian13 ships Python 3.13, not 3.13t")):
+    with pytest.raises(UserError, match=re.escape("debian13 ships Python 3.13, not 3.13t")) as err:
         resolve(request, load_matrix())
+    assert "drop --os to get a managed Python 3.13t" in err.value.hint
+
+
+def test_the_stack_says_where_a_managed_python_comes_from() -> None:
+    from envbuild.resolver.output import result_to_json, result_to_text
+
+    request = request_from_flags(framework="torch==2.9.*", python="3.14t", gpus=("H100",))
+    stack = resolve(request, load_matrix())
+    assert isinstance(stack, Stack) and stack.managed_python is not None
+    line = next(x for x in result_to_text(stack) if x.strip().startswith("python:"))
+    assert line.endswith(
+        f"3.14t on {stack.os}: managed, python-build-standalone {stack.managed_python.release} "
+        f"(CPython {stack.managed_python.version}) via the lock's uv"
+    )
+    managed = result_to_json(stack)["stack"]["managed_python"]
+    assert managed["uv_key"] == "cpython-3.14.7+freethreaded-linux-x86_64-gnu"
+    assert len(managed["sha256"]) == 64 and managed["bootstrap_python"] == "3.12"
+    plain = resolve(request_from_flags(framework="torch==2.9.*", gpus=("H100",)), load_matrix())
+    assert isinstance(plain, Stack) and "managed_python" not in result_to_json(plain)["stack"]
