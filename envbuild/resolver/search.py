@@ -244,7 +244,7 @@ def _check_os(
     fw = ctx.framework
     managed = _managed_build(ctx)
     # A managed Python's GIL minor ("3.14" of "3.14t"; its cp314t wheels: `_python_miss`).
-    py = free_threaded_minor(managed.python) or managed.python if managed else osimg.python
+    py = (free_threaded_minor(managed.python) or managed.python) if managed else osimg.python
     misses: list[str] = []
     notes: list[str] = []
     if not _in_range(py, release.python):
