@@ -241,6 +241,29 @@ class BaseImage:
 
 
 @dataclass(frozen=True)
+class ManagedPython:
+    """A python-build-standalone CPython the image installs because no modelled OS image ships
+    the requested Python (a matrix `python_builds.toml` row, copied into the lock): the lock's
+    uv installs exactly this archive and checks its sha256 (docs/request.md, "Python")."""
+
+    version: str
+    """The CPython release: "3.14.7"."""
+    uv_key: str
+    """uv's download key: "cpython-3.14.7+freethreaded-linux-x86_64-gnu"."""
+    release: str
+    """The python-build-standalone release: "20260814"."""
+    url: str
+    sha256: str
+    """The archive's sha256, hex."""
+    bootstrap_python: str
+    """The OS's own Python ("3.12") that runs pip once to install the lock's uv."""
+
+    @property
+    def free_threaded(self) -> bool:
+        return "+freethreaded" in self.uv_key
+
+
+@dataclass(frozen=True)
 class Stack:
     """The chosen candidate: everything the image is made of, before Python pins."""
 
@@ -269,6 +292,8 @@ class Stack:
     cudnn_requirement: str | None = field(default=None, compare=False)
     """ "nvidia-cudnn-cu12==9.10.2.21" when the build pins cuDNN by a range whose newest
     release does not support every target: the lock must pin this one."""
+    managed_python: ManagedPython | None = None
+    """Where the image's Python comes from when its OS ships none that fits; None: the OS."""
 
 
 @dataclass(frozen=True)

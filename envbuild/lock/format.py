@@ -29,6 +29,7 @@ from envbuild.core.models import (
     Indexes,
     Lock,
     LockedPackage,
+    ManagedPython,
     ProjectSettings,
     Request,
     SmokeSettings,
@@ -183,7 +184,42 @@ def _stack_table(stack: Stack) -> Any:
         floors.add("relied_on", stack.floors.relied_on)
         floors.add("effective", stack.floors.effective)
         table.add("floors", floors)
+    if stack.managed_python is not None:
+        table.add("python_build", _python_build_table(stack.managed_python))
     return table
+
+
+def _python_build_table(managed: ManagedPython) -> Any:
+    import tomlkit
+
+    table = tomlkit.table()
+    table.add("version", managed.version)
+    table.add("uv_key", managed.uv_key)
+    table.add("release", managed.release)
+    table.add("url", managed.url)
+    table.add("sha256", managed.sha256)
+    table.add("bootstrap_python", managed.bootstrap_python)
+    return table
+
+
+def _python_build_from(stack_table: dict[str, Any]) -> ManagedPython | None:
+    """`[stack.python_build]`: the managed Python (absent: the OS's Python)."""
+    table = stack_table.get("python_build")
+    if table is None:
+        return None
+    _typed(table, dict, "[stack.python_build]")
+    where = "stack.python_build"
+    sha256 = _text(table, "sha256", where)
+    if not re.fullmatch(r"[0-9a-f]{64}", sha256):
+        raise ValueError(f"{where}: sha256 {sha256!r} is not 64 hex digits")
+    return ManagedPython(
+        version=_text(table, "version", where),
+        uv_key=_text(table, "uv_key", where),
+        release=_text(table, "release", where),
+        url=_text(table, "url", where),
+        sha256=sha256,
+        bootstrap_python=_text(table, "bootstrap_python", where),
+    )
 
 
 def _base_image_table(lock: Lock) -> Any:
@@ -513,6 +549,7 @@ def _stack_from(document: dict[str, Any], base_image: BaseImage) -> Stack:
         floors=floors,
         notes=_texts(table, "notes", "stack"),
         rows=_texts(table, "rows", "stack"),
+        managed_python=_python_build_from(table),
     )
 
 

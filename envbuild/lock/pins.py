@@ -199,6 +199,25 @@ def plain_cpython() -> str | None:
     return sys.executable or None
 
 
+def free_threaded_cpython(python: str) -> str:
+    """A free-threaded CPython of this minor on PATH ("python3.14t"), for uv to read the
+    cp314t ABI from: `uv pip compile --python-version` takes no "t" (uv 0.13.9: "found `t`,
+    which is not part of a valid version") and takes the free-threading ABI from its
+    interpreter. PinError (exit 3) when there is none."""
+    import shutil
+
+    found = shutil.which(f"python{python}")
+    if found is None:
+        raise PinError(
+            f"pinning {python} wheels needs a free-threaded CPython {python} on this machine: "
+            f"uv reads the {'cp' + python.replace('.', '')} ABI from an interpreter, and "
+            f"python{python} is not on PATH",
+            hint=f"install one (`uv python install {python}`, or your OS's python{python}) and "
+            f"put python{python} on PATH, then run envbuild lock again",
+        )
+    return found
+
+
 def uv_argv(uv: Sequence[str], req: PinRequest, *, interpreter: str | None = None) -> list[str]:
     """The `uv pip compile` command line; run in a folder holding requirements.in.
     `interpreter`: the Python uv is told to use instead of looking for one (see `pin`)."""
@@ -213,7 +232,8 @@ def uv_argv(uv: Sequence[str], req: PinRequest, *, interpreter: str | None = Non
         PREFERENCES_FILE,
         "--generate-hashes",
         "--python-version",
-        req.python,
+        # uv takes a version only; a free-threaded ABI comes from its interpreter (`pin`).
+        free_threaded_minor(req.python) or req.python,
         "--python-platform",
         f"{req.platform}-{MANYLINUX}",
         # Images install wheels only: no compiler in them, and building an sdist to read its
@@ -469,7 +489,8 @@ def pip_argv(pip: Sequence[str], req: PinRequest, report: str) -> list[str]:
         "--platform",
         f"{MANYLINUX}_{req.platform}",
         "--python-version",
-        req.python,
+        free_threaded_minor(req.python) or req.python,
+        *(["--abi", "cp" + req.python.replace(".", "")] if free_threaded_minor(req.python) else []),
         "--implementation",
         "cp",
         "--index-url",
@@ -616,7 +637,12 @@ def pin(
             # (--only-binary; source packages come with their metadata): naming the one
             # envbuild runs on spares uv its search of PATH, which on a pyenv machine runs
             # pyenv's shell shims (0.25 s of a 0.7 s lock, benchmarks/RESULTS.md, section 3).
-            argv = uv_argv(base, replace(req, find_links=links), interpreter=plain_cpython())
+            interpreter = (
+                free_threaded_cpython(req.python)
+                if free_threaded_minor(req.python)
+                else plain_cpython()
+            )
+            argv = uv_argv(base, replace(req, find_links=links), interpreter=interpreter)
             result = runner(argv, work, env)
             if result.returncode != 0:
                 raise classify_failure("uv", result.stderr, req)

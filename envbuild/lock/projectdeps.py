@@ -34,7 +34,7 @@ from packaging.utils import canonicalize_name
 
 from envbuild.core.errors import PinError, RequestError, UnsatisfiableError
 from envbuild.core.fsio import read_input
-from envbuild.core.models import ProjectSettings, Request
+from envbuild.core.models import ProjectSettings, Request, free_threaded_minor
 from envbuild.lock import ownproject, uvenv
 from envbuild.lock import pins as pydeps
 from envbuild.lock.companions import INDEX_COMPANIONS
@@ -623,10 +623,12 @@ def framework_conflict(
 
 
 def check_python(inputs: ProjectInputs, python: str) -> None:
-    """The image's Python must be one the project accepts (its `requires-python`)."""
+    """The image's Python must be one the project accepts (its `requires-python`); a
+    free-threaded "3.14t" is version 3.14 to it (PEP 703 changes the ABI, not the version)."""
+    version = free_threaded_minor(python) or python
     for line in inputs.requires_python:
         try:
-            ok = SpecifierSet(line.text).contains(f"{python}.0", prereleases=True)
+            ok = SpecifierSet(line.text).contains(f"{version}.0", prereleases=True)
         except InvalidSpecifier:
             continue
         if not ok:

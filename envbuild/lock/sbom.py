@@ -3,8 +3,9 @@ cyclonedx-python-lib (github.com/CycloneDX/cyclonedx-python-lib), not by hand.
 
 Python SBOM tools list the Python packages of an image; what decides whether a GPU image runs
 is the CUDA stack under them. So besides every locked package (version, purl, every sha256 pip
-may install) the SBOM names the base image (with its digest when the lock pinned one) and CUDA,
-cuDNN and NCCL as components, and carries the driver floors and the architectures as
+may install) the SBOM names the base image (with its digest when the lock pinned one), CUDA,
+cuDNN and NCCL, and a managed Python (its python-build-standalone archive, by sha256) as
+components, and carries the driver floors and the architectures as
 properties of the image itself (`metadata.component`), in the `envbuild:` namespace
 (CycloneDX property taxonomy: cyclonedx.org/docs/1.6/json/#metadata_component_properties).
 
@@ -130,6 +131,29 @@ def _stack_components(lock: Lock) -> Iterable[Component]:
                 bom_ref=f"nvidia-{part}:{version}",
                 purl=PackageURL(type="generic", namespace="nvidia", name=part, version=version),
             )
+    managed = stack.managed_python
+    if managed is not None:
+        # The image's interpreter when no OS row ships it (docs/request.md, "Python"): the
+        # archive the build installs, by its locked sha256 (purl-spec's generic type).
+        yield Component(
+            name="cpython",
+            group="python-build-standalone",
+            version=managed.version,
+            type=ComponentType.APPLICATION,
+            bom_ref=f"managed-python:{managed.uv_key}",
+            purl=PackageURL(
+                type="generic",
+                namespace="python-build-standalone",
+                name="cpython",
+                version=managed.version,
+                qualifiers={"download_url": managed.url, "checksum": f"sha256:{managed.sha256}"},
+            ),
+            hashes=_hashes([f"sha256:{managed.sha256}"]),
+            properties=[
+                Property(name="envbuild:uv_key", value=managed.uv_key),
+                Property(name="envbuild:release", value=managed.release),
+            ],
+        )
 
 
 def _packages(packages: Iterable[LockedPackage]) -> Iterable[Component]:

@@ -42,6 +42,7 @@ from envbuild.matrix.rows import (
     NgcImage,
     OsImage,
     OtherVendorGpu,
+    PythonBuild,
     Row,
     fingerprint_of,
 )
@@ -101,6 +102,7 @@ __all__ = [
     "NgcImage",
     "OsImage",
     "OtherVendorGpu",
+    "PythonBuild",
     "Row",
     "check_files",
     "check_matrix",

@@ -16,6 +16,7 @@ from envbuild.matrix.rows import (
     IMAGE_FLAVOURS,
     ISSUE_EFFECTS,
     PLATFORMS,
+    PYTHON_LIBCS,
     AnyRow,
     Arch,
     CudaImage,
@@ -31,6 +32,7 @@ from envbuild.matrix.rows import (
     NgcImage,
     OsImage,
     OtherVendorGpu,
+    PythonBuild,
     _lib_match,
     _major_of,
     _minor_of,
@@ -371,6 +373,41 @@ def _check_listed_gpu(row: AnyRow) -> Iterable[str]:
         yield f"segment {row.segment!r} must be one of {', '.join(GPU_SEGMENTS)}"
 
 
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+_PBS_RELEASE_RE = re.compile(r"^\d{8}$")
+_PBS_URL = "https://github.com/astral-sh/python-build-standalone/releases/download/"
+"""Where uv's metadata points every CPython archive; `UV_PYTHON_INSTALL_MIRROR` replaces this
+prefix at build time (https://docs.astral.sh/uv/reference/environment/)."""
+
+
+def _check_python_build(row: AnyRow) -> Iterable[str]:
+    assert isinstance(row, PythonBuild)
+    yield from _common(row)
+    if not re.match(r"^3\.\d{1,2}t?$", row.python):
+        yield f"python {row.python!r} must be major.minor, 't' for free-threaded: '3.14t'"
+    minor = row.python.removesuffix("t")
+    if not _version_ok(row.version, parts=(3,)) or _minor_of(row.version) != minor:
+        yield f"version {row.version!r} must be a CPython {minor}.x release like '{minor}.1'"
+    if row.platform not in PLATFORMS:
+        yield f"platform {row.platform!r} must be one of {', '.join(PLATFORMS)}"
+    if row.libc not in PYTHON_LIBCS:
+        yield f"libc {row.libc!r} must be one of {', '.join(PYTHON_LIBCS)}"
+    variant = "+freethreaded" if row.python.endswith("t") else ""
+    want = f"cpython-{row.version}{variant}-linux-{row.platform}-{row.libc}"
+    if row.uv_key != want:
+        yield f"uv_key {row.uv_key!r} must be {want!r} (uv's key of that build)"
+    if not _PBS_RELEASE_RE.match(row.release):
+        yield f"release {row.release!r} must be a python-build-standalone tag like '20260814'"
+    if not row.url.startswith(f"{_PBS_URL}{row.release}/") or not row.url.endswith(
+        (".tar.gz", ".tar.zst")
+    ):
+        yield f"url {row.url!r} must be a {_PBS_URL}{row.release}/ archive (.tar.gz, .tar.zst)"
+    elif any(c in row.url for c in " \"'\\$`\n"):
+        yield f"url {row.url!r} has a character no URL of uv's metadata has"
+    if not _SHA256_RE.match(row.sha256):
+        yield f"sha256 {row.sha256!r} must be 64 lower-case hex digits"
+
+
 _ROW_CHECKS: dict[type, Callable[[AnyRow], Iterable[str]]] = {
     CudaRelease: _check_cuda,
     Arch: _check_arch,
@@ -385,6 +422,7 @@ _ROW_CHECKS: dict[type, Callable[[AnyRow], Iterable[str]]] = {
     KnownIssue: _check_issue,
     NgcImage: _check_ngc,
     ListedGpu: _check_listed_gpu,
+    PythonBuild: _check_python_build,
 }
 
 

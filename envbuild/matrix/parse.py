@@ -31,6 +31,7 @@ from envbuild.matrix.rows import (
     NgcImage,
     OsImage,
     OtherVendorGpu,
+    PythonBuild,
     _major_of,
 )
 
@@ -46,6 +47,7 @@ _CORE_FILES = (
     "baselines.toml",
     "ngc.toml",
     "gpu_list.toml",
+    "python_builds.toml",
 )
 
 
@@ -94,6 +96,8 @@ def _label(row: AnyRow) -> str:
         return row.image
     if isinstance(row, ListedGpu):
         return f"{row.name} ({row.cc})"
+    if isinstance(row, PythonBuild):
+        return f"python {row.python} {row.platform}"
     return row.gpu
 
 
@@ -199,6 +203,7 @@ def _build(rows: Sequence[_Row]) -> Matrix:
         issues=tuple(groups[KnownIssue]),
         ngc_images=tuple(groups[NgcImage]),
         listed_gpus=tuple(groups[ListedGpu]),
+        python_builds=tuple(groups[PythonBuild]),
         schema_version=MATRIX_SCHEMA_VERSION,
         origins=origins,
     )
@@ -218,6 +223,7 @@ _ROW_TYPES: tuple[type, ...] = (
     KnownIssue,
     NgcImage,
     ListedGpu,
+    PythonBuild,
 )
 
 
@@ -234,6 +240,7 @@ _ONE_TABLE_FILES: dict[str, tuple[str, type]] = {
     "baselines.toml": ("baseline", GpuBaseline),
     "ngc.toml": ("image", NgcImage),
     "gpu_list.toml": ("gpu", ListedGpu),
+    "python_builds.toml": ("build", PythonBuild),
 }
 
 
@@ -350,6 +357,8 @@ def _raw_label(cls: type, raw: dict[str, Any], injected: dict[str, Any]) -> str:
         return f"{g('framework')} {g('versions')}"
     if cls is NgcImage:
         return g("image")
+    if cls is PythonBuild:
+        return f"python {g('python')} {g('platform')}"
     return g("gpu")
 
 

@@ -65,9 +65,10 @@ _NOT_LOCKED: dict[str, frozenset[str]] = {
     "Arch": frozenset({"memory_gib", "memory_source"}),
     "FrameworkRelease": frozenset({"free_threaded"}),
 }
-"""Fields no lock decision reads (the memory fit of a smoke report does; a lock's Python is an
-OS row's, never a free-threaded one, docs/request.md "Python"): a change to them leaves every
-lock fresh."""
+"""Fields kept out of every fingerprint, so a change to them leaves every lock fresh: the memory
+fit of a smoke report reads `memory_gib`, no lock decision does; `free_threaded` was added
+after locks were committed and a free-threaded lock's wheels are uv's cp3XXt pins, whose
+hashes the build checks (a lock of a release without them fails at `envbuild lock`)."""
 
 
 def fingerprint_of(row: object) -> str:
@@ -444,9 +445,51 @@ class ListedGpu:
         return f"gpu:{self.name}"
 
 
+PYTHON_LIBCS = ("gnu",)
+"""The C libraries a managed Python build may be for (every modelled OS image is glibc)."""
+
+
+@dataclass(frozen=True)
+class PythonBuild:
+    """One python-build-standalone (PBS) CPython that the lock's uv installs into an image
+    whose OS ships no such Python (`matrix/python_builds.toml`, generated from uv's own
+    download metadata by `envbuild.matrix.refresh.python_builds`)."""
+
+    python: str
+    """The request's Python spec it serves: "3.9", "3.14t" (free-threaded)."""
+    version: str
+    """The exact CPython release: "3.14.7"."""
+    platform: str
+    """ "x86_64" or "aarch64"."""
+    uv_key: str
+    """uv's download key: "cpython-3.14.7+freethreaded-linux-x86_64-gnu"."""
+    release: str
+    """The PBS release (its tag, a date): "20260814"."""
+    url: str
+    """The archive (install_only_stripped where PBS publishes one, else the full build)."""
+    sha256: str
+    """The archive's sha256 (hex), as uv's metadata gives it; uv checks it on install."""
+    source: str
+    libc: str = "gnu"
+    confidence: str = "high"
+    note: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"python_build:{self.python}:{self.platform}"
+
+
 Row = CudaRelease | Arch | FrameworkRelease | FrameworkBuild | LibRelease | CudaImage
 AnyRow = (
-    Row | OsImage | GpuBaseline | HostPlatform | OtherVendorGpu | KnownIssue | NgcImage | ListedGpu
+    Row
+    | OsImage
+    | GpuBaseline
+    | HostPlatform
+    | OtherVendorGpu
+    | KnownIssue
+    | NgcImage
+    | ListedGpu
+    | PythonBuild
 )
 
 
@@ -468,6 +511,8 @@ class Matrix:
     ngc_images: tuple[NgcImage, ...] = ()
     listed_gpus: tuple[ListedGpu, ...] = ()
     """NVIDIA's compute-capability list by name (matrix/gpu_list.toml)."""
+    python_builds: tuple[PythonBuild, ...] = ()
+    """Managed Pythons for images whose OS ships none that fits (matrix/python_builds.toml)."""
     schema_version: int = 1
     origins: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
     """row key -> "file: table[n] (label)" where it was read (for messages)."""
@@ -495,6 +540,7 @@ class Matrix:
             self.issues,
             self.ngc_images,
             self.listed_gpus,
+            self.python_builds,
         )
 
     def counts(self) -> dict[str, int]:
@@ -511,6 +557,7 @@ class Matrix:
             "baselines": len(self.baselines),
             "ngc_images": len(self.ngc_images),
             "listed_gpus": len(self.listed_gpus),
+            "python_builds": len(self.python_builds),
         }
 
     def where(self, row: AnyRow) -> str:
@@ -557,6 +604,13 @@ class Matrix:
         (envbuild/app/lock_base.py), never in place of one."""
         name = ref.split("@", 1)[0]
         return next((row for row in self.ngc_images if row.image == name), None)
+
+    def python_build(self, python: str, platform: str) -> PythonBuild | None:
+        """The managed Python for a request's Python spec ("3.14t") and machine, if any."""
+        return next(
+            (b for b in self.python_builds if b.python == python and b.platform == platform),
+            None,
+        )
 
     def lib(self, library: str, version: str) -> LibRelease | None:
         """The cudnn/nccl row a build's version refers to: exact, else the longest row whose

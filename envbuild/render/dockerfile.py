@@ -23,7 +23,12 @@ from typing import TYPE_CHECKING, Any
 from envbuild.core import resources
 from envbuild.core.errors import UserError
 from envbuild.core.locations import is_direct_url, is_remote
-from envbuild.core.models import FRAMEWORK_FLAVOUR, OS_NAME_RE, PYTHON_VERSION_RE
+from envbuild.core.models import (
+    FRAMEWORK_FLAVOUR,
+    OS_NAME_RE,
+    PYTHON_SPEC_RE,
+    PYTHON_VERSION_RE,
+)
 from envbuild.core.values import FIX_LOCK as _FIX_LOCK
 from envbuild.core.values import check_digest as check_digest
 from envbuild.core.values import check_hash as check_hash
@@ -282,9 +287,12 @@ def template_values(
     stack = _stack_values(lock, default_name)
     base = _base_values(lock, options)
     python = stack["python"]
+    managed = managed_python_values(lock)
+    # A managed Python's image still gets the OS's own: it runs pip once, to install uv.
+    os_python = managed["bootstrap_python"] if managed else python
     os_packages = [
         _check(_OS_PACKAGE, p, "OS package", "not a Debian package name")
-        for p in (f"python{python}", f"python{python}-venv")
+        for p in (f"python{os_python}", f"python{os_python}-venv")
     ]
     text = lock_text if lock_text is not None else dumps(lock)
     return {
@@ -303,6 +311,8 @@ def template_values(
         "base_name": base["base_name"],
         "base_digest": base["base_digest"],
         "python": python,
+        "os_python": os_python,
+        "managed_python": managed,
         "os_packages": os_packages,
         "pip_index_args": _index_args(lock, options),
         "wheels": options.find_links is not None,
@@ -344,7 +354,12 @@ def _stack_values(lock: Lock, default_name: str) -> dict[str, Any]:
         "image name",
         "use letters, digits, '.', '_' or '-'",
     )
-    python = _check(PYTHON_VERSION_RE, stack.python, "Python version", 'write it as "3.12"')
+    python = _check(
+        PYTHON_VERSION_RE if stack.managed_python is None else PYTHON_SPEC_RE,
+        stack.python,
+        "Python version",
+        'write it as "3.12" (a managed Python also "3.14t")',
+    )
     framework_base = stack.flavour == FRAMEWORK_FLAVOUR
     if framework_base and not stack.os:
         os_name = "an OS it does not name"  # the base has no /etc/os-release
@@ -385,6 +400,70 @@ def _stack_values(lock: Lock, default_name: str) -> dict[str, Any]:
         "require_cuda": require_cuda,
         "description": description,
         "version": framework_version,
+    }
+
+
+MANAGED_PYTHON_DIR = "/opt/python"
+"""Where the lock's uv installs a managed Python (`UV_PYTHON_INSTALL_DIR`), one folder per uv
+key; the venv's interpreter links point into it."""
+_UV_KEY = re.compile(
+    r"cpython-3\.[0-9]{1,2}\.[0-9]{1,3}(\+freethreaded)?-linux-(x86_64|aarch64)-gnu"
+)
+_PBS_RELEASE = re.compile(r"[0-9]{8}")
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+_PBS_PREFIX = "https://github.com/astral-sh/python-build-standalone/releases/download/"
+
+
+def managed_python_values(lock: Lock) -> dict[str, str] | None:
+    """The checked values of the lock's managed Python for the templates (None: the OS's):
+    uv's key, the one-entry download list uv installs from (`--python-downloads-json-url`: uv
+    then installs exactly this archive and checks this sha256, whatever its own list holds),
+    and the interpreter the venv is made from. UserError (exit 2) for a value that is not one
+    uv's metadata could hold, or a lock without the uv that installs it."""
+    managed = lock.stack.managed_python
+    if managed is None:
+        return None
+    key = _check(_UV_KEY, managed.uv_key, "managed Python's uv key", "not a uv CPython key")
+    version = check_version(managed.version, "managed Python version")
+    release = _check(_PBS_RELEASE, managed.release, "python-build-standalone release", "not a tag")
+    sha256 = _check(_SHA256_HEX, managed.sha256, "managed Python's sha256", "not 64 hex digits")
+    url = check_url(managed.url, "managed Python's URL")
+    bootstrap = _check(PYTHON_VERSION_RE, managed.bootstrap_python, "bootstrap Python", "3.12")
+    if not url.startswith(f"{_PBS_PREFIX}{release}/") or not key.startswith(f"cpython-{version}"):
+        raise _refuse("managed Python", key, "its URL, release and version disagree", _FIX_LOCK)
+    if not installer_requirement(lock):
+        raise UserError(
+            f"the lock's managed Python {lock.stack.python} needs the lock's uv to install it, "
+            "and this lock has none"
+            + (" (its source packages are built with pip)" if lock.build is not None else ""),
+            hint="a managed Python works with wheel-only locks: drop compile_extensions, or "
+            "choose a Python an OS image ships (envbuild resolve lists them); then re-lock",
+        )
+    minor = version.rsplit(".", 1)[0]
+    threaded = "+freethreaded" in key
+    arch, variant = key.split("-linux-")[1].split("-")[0], "freethreaded" if threaded else None
+    entry = {
+        "name": "cpython",
+        "arch": {"family": arch, "variant": None},
+        "os": "linux",
+        "libc": "gnu",
+        "major": 3,
+        "minor": int(minor.split(".")[1]),
+        "patch": int(version.rsplit(".", 1)[1]),
+        "prerelease": "",
+        "url": url,
+        "sha256": sha256,
+        "variant": variant,
+        "build": release,
+    }
+    return {
+        "key": key,
+        "version": version,
+        "release": release,
+        "bootstrap_python": bootstrap,
+        "downloads_json": json.dumps({key: entry}, sort_keys=True, separators=(",", ":")),
+        "dir": MANAGED_PYTHON_DIR,
+        "interpreter": f"{MANAGED_PYTHON_DIR}/{key}/bin/python{minor}{'t' if threaded else ''}",
     }
 
 

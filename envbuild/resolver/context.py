@@ -27,6 +27,7 @@ from envbuild.matrix import (
     LibRelease,
     Matrix,
     OsImage,
+    PythonBuild,
 )
 
 
@@ -298,10 +299,21 @@ class _Fit:
     builder: CudaImage | None
     notes: tuple[str, ...]
     rows: tuple[str, ...]
+    python_build: PythonBuild | None = None
+    """The managed Python the image installs (`_managed_build`); None: the OS row's Python."""
 
     @property
     def needed_driver(self) -> str | None:
         return self.floors.effective if self.floors else None
+
+
+def _managed_build(ctx: _Ctx) -> PythonBuild | None:
+    """The managed Python (matrix/python_builds.toml) for the requested Python when no OS row
+    ships it: an OS Python stays preferred (docs/request.md, "Python"). None also when an OS
+    is asked for (`--os` names the Python too)."""
+    if not ctx.python or ctx.os or any(o.python == ctx.python for o in ctx.matrix.os_images):
+        return None
+    return ctx.matrix.python_build(ctx.python, ctx.request.platform)
 
 
 @dataclass

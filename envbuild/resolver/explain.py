@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from envbuild.core.models import free_threaded_minor
 from envbuild.resolver.context import (
     _branch,
     _Ctx,
@@ -207,14 +208,22 @@ def _looser_requests(ctx: _Ctx) -> list[str]:
 
 
 def _shipped_pythons(ctx: _Ctx) -> list[str]:
-    """When no OS row ships the Python asked for (3.9, a free-threaded 3.14t): each Python an
-    OS row does ship that fits, newest first, as the exact flag (docs/request.md, "Python")."""
+    """When no OS row ships the Python asked for (3.9, a free-threaded 3.14t): for a
+    free-threaded one first its GIL build (an OS's or a managed one), then each Python an OS
+    row does ship that fits, newest first, as the exact flag (docs/request.md, "Python")."""
     rows = ctx.matrix.os_images
     if not ctx.python or ctx.os or any(o.python == ctx.python for o in rows):
         return []
     out: list[str] = []
+    gil = free_threaded_minor(ctx.python)
+    same = _best(replace(ctx, python=gil)) if gil else None
+    if gil and same:
+        how = " (a managed Python)" if same.python_build else ""
+        out.append(
+            f"--python {gil}: {_fit_label(ctx, same)} fits on {same.osimg.os}{how}, with the GIL"
+        )
     for python in sorted({o.python for o in rows}, key=_major_minor, reverse=True):
-        fit = _best(replace(ctx, python=python))
+        fit = _best(replace(ctx, python=python)) if python != gil else None
         if fit:
             out.append(f"--python {python}: {_fit_label(ctx, fit)} fits on {fit.osimg.os}")
     return out

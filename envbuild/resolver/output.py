@@ -55,10 +55,35 @@ def result_to_json(result: Stack | Unsatisfiable) -> dict[str, Any]:
             "driver_floor": floors,
             "rows": list(s.rows),
             "cudnn_requirement": s.cudnn_requirement,
+            **({"managed_python": _managed_json(s)} if s.managed_python else {}),
         },
         "confidence": {"level": s.confidence, "because": list(s.confidence_notes)},
         "notes": list(s.notes),
     }
+
+
+def _managed_json(s: Stack) -> dict[str, str]:
+    m = s.managed_python
+    assert m is not None
+    return {
+        "version": m.version,
+        "uv_key": m.uv_key,
+        "release": m.release,
+        "url": m.url,
+        "sha256": m.sha256,
+        "bootstrap_python": m.bootstrap_python,
+    }
+
+
+def _python_line(s: Stack) -> str:
+    """ "3.12 on ubuntu24.04", or where a managed Python comes from."""
+    m = s.managed_python
+    if m is None:
+        return f"{s.python} on {s.os}"
+    return (
+        f"{s.python} on {s.os}: managed, python-build-standalone {m.release} "
+        f"(CPython {m.version}) via the lock's uv"
+    )
 
 
 def _require_summary(require: str) -> str:
@@ -96,7 +121,7 @@ def result_to_text(result: Stack | Unsatisfiable) -> list[str]:
         head,
         f"  install:      {fw.requirement}"
         + (f" --index-url {fw.index_url}" if fw.index_url else ""),
-        f"  python:       {s.python} on {s.os}",
+        f"  python:       {_python_line(s)}",
         f"  base image:   {s.base_image.ref} (flavour {s.flavour})",
     ]
     if s.base_image.builder:

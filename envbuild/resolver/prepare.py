@@ -43,7 +43,7 @@ def _prepare(
     if device == "cpu":
         flavour = "cpu"
     python = request.python
-    _check_os_asked(matrix, request.os, python)
+    _check_os_asked(matrix, request.os, python, request.platform)
     targets, driver = _targets(request, matrix, hosts)
     notes: list[str] = []
     if device == "cpu":
@@ -94,8 +94,11 @@ def _framework_of(request: Request, matrix: Matrix) -> tuple[str, tuple[str, ...
     return name, extras, spec
 
 
-def _check_os_asked(matrix: Matrix, os_name: str | None, python: str | None) -> None:
-    """The OS asked for is in the matrix and ships the Python asked for."""
+def _check_os_asked(
+    matrix: Matrix, os_name: str | None, python: str | None, platform: str = "x86_64"
+) -> None:
+    """The OS asked for is in the matrix and ships the Python asked for (a managed Python is
+    only for a request that leaves the OS to the resolver: docs/request.md, "Python")."""
     if os_name is None:
         return
     os_image = next((o for o in matrix.os_images if o.os == os_name), None)
@@ -104,11 +107,12 @@ def _check_os_asked(matrix: Matrix, os_name: str | None, python: str | None) -> 
         raise UserError(f"unknown OS {os_name!r}", hint="choose one of: " + ", ".join(os_names))
     if python is not None and os_image.python != python:
         shipping = [o.os for o in matrix.os_images if o.python == python]
-        way_out = (
-            f"use --os {shipping[0]} (ships Python {python})"
-            if shipping
-            else f"no OS in the matrix ships Python {python}"
-        )
+        if shipping:
+            way_out = f"use --os {shipping[0]} (ships Python {python})"
+        elif matrix.python_build(python, platform) is not None:
+            way_out = f"drop --os to get a managed Python {python} (python-build-standalone)"
+        else:
+            way_out = f"no OS in the matrix ships Python {python}"
         raise UserError(
             f"{os_name} ships Python {os_image.python}, not {python}",
             hint=f"{way_out}, or drop --python to use {os_image.python}",

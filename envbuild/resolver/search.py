@@ -36,6 +36,7 @@ from envbuild.resolver.context import (
     _index_allowed,
     _issue,
     _major_minor,
+    _managed_build,
     _meets,
     _Outcome,
     _plan_cudnn,
@@ -87,7 +88,7 @@ def _os_order(ctx: _Ctx, build: FrameworkBuild) -> list[OsImage]:
     rows = list(ctx.matrix.os_images)
     if ctx.os:
         return [o for o in rows if o.os == ctx.os]
-    if ctx.python:
+    if ctx.python and _managed_build(ctx) is None:
         rows = [o for o in rows if o.python == ctx.python]
 
     def key(o: OsImage) -> tuple[Any, ...]:
@@ -241,7 +242,9 @@ def _check_os(
 ) -> tuple[list[str], CudaImage | None, str, CudaImage | None, list[str]]:
     """OS-level checks: Python and base image. Returns (misses, image, flavour, builder, notes)."""
     fw = ctx.framework
-    py = osimg.python
+    managed = _managed_build(ctx)
+    # A managed Python's GIL minor ("3.14" of "3.14t"; its cp314t wheels: `_python_miss`).
+    py = (free_threaded_minor(managed.python) or managed.python) if managed else osimg.python
     misses: list[str] = []
     notes: list[str] = []
     if not _in_range(py, release.python):
@@ -346,13 +349,47 @@ def _request_wide_reasons(ctx: _Ctx, out: _Outcome) -> bool:
                 )
             return True
 
-    if ctx.python and not ctx.os and not any(o.python == ctx.python for o in m.os_images):
+    if (
+        ctx.python
+        and not ctx.os
+        and not any(o.python == ctx.python for o in m.os_images)
+        and _managed_build(ctx) is None
+    ):
         shipped = ", ".join(f"{o.os} {o.python}" for o in sorted(m.os_images, key=lambda o: o.os))
+        managed = sorted({b.python for b in m.python_builds if b.platform == ctx.request.platform})
         out.global_reasons.append(
-            f"no OS image in the matrix ships {_python_words(ctx.python)} (the image's Python "
-            f'comes from its OS: {shipped}; docs/request.md, "Python")'
+            f"no OS image in the matrix ships {_python_words(ctx.python)} ({shipped}), and "
+            f"matrix/python_builds.toml has no managed build of it for {ctx.request.platform} "
+            f'(it has {", ".join(managed) or "none"}; docs/request.md, "Python")'
         )
+    if free_threaded_minor(ctx.python) and not any(
+        _free_threaded_ok(r, ctx.python) for r in out.releases
+    ):
+        out.global_reasons.append(_free_threaded_publishers(ctx))
     return False
+
+
+def _free_threaded_ok(release: FrameworkRelease, python: str | None) -> bool:
+    """The release publishes free-threaded wheels for this Python ("3.14t": cp314t)."""
+    minor = free_threaded_minor(python)
+    return bool(minor and release.free_threaded and _in_range(minor, release.free_threaded))
+
+
+def _free_threaded_publishers(ctx: _Ctx) -> str:
+    """No release in range has the free-threaded wheels asked for: which releases do."""
+    assert ctx.python is not None
+    tag = "cp" + ctx.python.replace(".", "")
+    fw = ctx.framework
+    mine = [r.version for r in ctx.matrix.releases_of(fw) if _free_threaded_ok(r, ctx.python)]
+    if mine:
+        ordered = sorted(mine, key=_version)
+        span = ordered[0] if len(ordered) == 1 else f"{ordered[0]} to {ordered[-1]}"
+        return f"no {fw} release in {fw}{ctx.spec} publishes {tag} wheels; {fw} {span} do"
+    others = sorted(
+        {r.framework for r in ctx.matrix.releases if _free_threaded_ok(r, ctx.python)} - {fw}
+    )
+    where = f"; in the matrix only {', '.join(others)} does" if others else ""
+    return f"no {fw} release in the matrix publishes free-threaded {tag} wheels{where}"
 
 
 def _python_words(python: str) -> str:
@@ -415,9 +452,12 @@ def _python_miss(ctx: _Ctx, release: FrameworkRelease) -> str:
         return f"{{R}} supports Python {release.python}; requested {ctx.python}"
     tag = "cp" + minor.replace(".", "") + "t"
     if release.free_threaded and _in_range(minor, release.free_threaded):
-        if any(o.python == ctx.python for o in ctx.matrix.os_images):
+        if any(o.python == ctx.python for o in ctx.matrix.os_images) or _managed_build(ctx):
             return ""
-        return f"{{R}}: {tag} wheels exist, but no OS image ships a free-threaded Python"
+        return (
+            f"{{R}}: {tag} wheels exist, but no OS image ships a free-threaded Python and "
+            f"matrix/python_builds.toml has no managed {ctx.python} for {ctx.request.platform}"
+        )
     has = (
         f" (free-threaded wheels for Python {release.free_threaded} only)"
         if release.free_threaded
@@ -468,6 +508,7 @@ def _search_release(
                     builder=builder,
                     notes=tuple(notes),
                     rows=tuple(rows),
+                    python_build=_managed_build(ctx),
                 )
             )
             if first_only:

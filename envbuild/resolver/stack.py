@@ -7,7 +7,9 @@ from envbuild.core.models import (
     BaseImage,
     Floors,
     FrameworkPick,
+    ManagedPython,
     Stack,
+    free_threaded_minor,
 )
 from envbuild.cuda.archs import cc_tuple, sort_archs
 from envbuild.matrix import (
@@ -85,6 +87,7 @@ def _stack(ctx: _Ctx, fit: _Fit, outcome: _Outcome) -> Stack:
             f"cuDNN: {b.variant} installs the newest cuDNN of {b.cudnn_range} "
             f"({plan.version} in the matrix; the lock records the one pinned)"
         )
+    managed = _managed_python(ctx, fit, rows, notes)
     level, because = _confidence(ctx, r, rows)
     pick = FrameworkPick(
         name=ctx.framework,
@@ -99,7 +102,7 @@ def _stack(ctx: _Ctx, fit: _Fit, outcome: _Outcome) -> Stack:
         cuda=b.cuda,
         cudnn=plan.version if b.cudnn_range else b.cudnn,
         nccl=b.nccl,
-        python=o.python,
+        python=ctx.python if managed is not None and ctx.python else o.python,
         os=o.os,
         flavour=flavour,
         base_image=base,
@@ -111,6 +114,32 @@ def _stack(ctx: _Ctx, fit: _Fit, outcome: _Outcome) -> Stack:
         confidence=level,
         confidence_notes=tuple(because),
         cudnn_requirement=cudnn_requirement,
+        managed_python=managed,
+    )
+
+
+def _managed_python(ctx: _Ctx, fit: _Fit, rows: set[str], notes: list[str]) -> ManagedPython | None:
+    """The managed Python of the fit, its row, and a note that says where Python comes from
+    and why (no OS row ships it)."""
+    pb = fit.python_build
+    if pb is None:
+        return None
+    rows.add(pb.key)
+    o = fit.osimg
+    kind = " free-threaded" if free_threaded_minor(pb.python) else ""
+    notes.append(
+        f"Python {pb.python}: managed, python-build-standalone {pb.release} (CPython "
+        f"{pb.version}{kind}, {pb.uv_key}), installed by the lock's uv with its sha256 checked: "
+        f"no OS image in the matrix ships Python {pb.python} ({o.os}'s own Python {o.python} "
+        "only installs uv)"
+    )
+    return ManagedPython(
+        version=pb.version,
+        uv_key=pb.uv_key,
+        release=pb.release,
+        url=pb.url,
+        sha256=pb.sha256,
+        bootstrap_python=o.python,
     )
 
 

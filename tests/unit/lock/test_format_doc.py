@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from envbuild.core.models import BaseFacts, Lock, ProjectSettings
+from envbuild.core.models import BaseFacts, Lock, ManagedPython, ProjectSettings
 from envbuild.lock.format import dumps, loads
 from envbuild.request.parse import toml_loads
 
@@ -81,6 +81,14 @@ def everything_lock() -> Lock:
         framework=dataclasses.replace(stack.framework, index_url="https://example.org/whl"),
         base_image=dataclasses.replace(
             stack.base_image, cudnn="9.1.0", builder="nvidia/cuda:13.0.0-devel-ubuntu24.04"
+        ),
+        managed_python=ManagedPython(
+            version="3.14.7",
+            uv_key="cpython-3.14.7+freethreaded-linux-x86_64-gnu",
+            release="20260814",
+            url="https://github.com/astral-sh/python-build-standalone/releases/download/x.tar.gz",
+            sha256="4" * 64,
+            bootstrap_python="3.12",
         ),
     )
     pure = dataclasses.replace(  # an sdist with no compiled code: `kind = "pure"`

@@ -262,3 +262,28 @@ def test_live_uv_keeps_a_preference() -> None:
         upgrade_packages=("markupsafe",),
     )
     assert {p.name: p for p in pydeps.pin(up, tool="uv").packages}["markupsafe"].version != "3.0.2"
+
+
+def test_a_free_threaded_python_is_a_version_for_uv_and_an_abi_for_pip() -> None:
+    """uv 0.13.9 refuses `--python-version 3.14t` ("found `t`"): it gets 3.14 and reads the
+    cp314t ABI from its interpreter; pip takes the ABI as `--abi cp314t`."""
+    argv = pydeps.uv_argv(["uv"], _req(python="3.14t"), interpreter="/py/python3.14t")
+    assert argv[argv.index("--python-version") + 1] == "3.14"
+    assert argv[-2:] == ["--python", "/py/python3.14t"]
+    pip = pydeps.pip_argv(["pip"], _req(python="3.14t"), "report.json")
+    assert pip[pip.index("--python-version") + 1] == "3.14"
+    assert pip[pip.index("--abi") + 1] == "cp314t"
+
+
+def test_pinning_free_threaded_wheels_without_such_a_python_is_refused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no python3.14t anywhere
+    fake = Fake(RunResult(0, "", ""))
+    with pytest.raises(PinError, match=r"python3\.14t is not on PATH") as err:
+        pydeps.pin(_req(python="3.14t", offline=True), runner=fake, tool="uv")
+    assert "uv python install 3.14t" in err.value.hint
+    found = tmp_path / "python3.14t"
+    found.write_text("#!/bin/sh\n")
+    found.chmod(0o755)
+    assert pydeps.free_threaded_cpython("3.14t") == str(found)

@@ -31,7 +31,7 @@ def test_free_threaded_minor(spec: str, minor: str | None) -> None:
     assert free_threaded_minor(spec) == minor
 
 
-def test_every_torch_release_with_cp314t_wheels_says_so_and_its_refusal_resolves_away() -> None:
+def test_every_torch_release_with_cp314t_wheels_resolves_with_a_managed_python() -> None:
     matrix = load_matrix()
     with_wheels = [
         r.version for r in matrix.releases_of("torch") if r.free_threaded and "3.14" in _minors(r)
@@ -39,8 +39,18 @@ def test_every_torch_release_with_cp314t_wheels_says_so_and_its_refusal_resolves
     assert with_wheels[0] == "2.9.0" and "2.15.0" in with_wheels
     request = request_from_flags(framework="torch==2.9.*", python="3.14t", gpus=("H100",))
     answer = resolve(request, matrix)
+    assert isinstance(answer, Stack) and answer.python == "3.14t"
+    assert answer.managed_python is not None and answer.managed_python.free_threaded
+    assert "python_build:3.14t:x86_64" in answer.rows
+
+
+def test_without_a_managed_build_the_refusal_says_so_and_its_ways_out_resolve() -> None:
+    matrix = dataclasses.replace(load_matrix(), python_builds=())
+    request = request_from_flags(framework="torch==2.9.*", python="3.14t", gpus=("H100",))
+    answer = resolve(request, matrix)
     assert isinstance(answer, Unsatisfiable)
     assert any("cp314t wheels exist" in r for r in answer.reasons)
+    assert any("no managed build of it for x86_64" in r for r in answer.reasons)
     for way_out in answer.alternatives[:4]:
         python = way_out.split()[1].rstrip(":")
         again = resolve(dataclasses.replace(request, python=python), matrix)
@@ -62,5 +72,24 @@ def test_a_malformed_free_threaded_range_is_a_matrix_problem() -> None:
 
 def test_an_os_that_is_asked_for_and_ships_no_free_threaded_python_is_refused() -> None:
     request = request_from_flags(python="3.13t", os_name="debian13")
-    with pytest.raises(UserError, match=re.escape("debian13 ships Python 3.13, not 3.13t")):
+    with pytest.raises(UserError, match=re.escape("debian13 ships Python 3.13, not 3.13t")) as err:
         resolve(request, load_matrix())
+    assert "drop --os to get a managed Python 3.13t" in err.value.hint
+
+
+def test_the_stack_says_where_a_managed_python_comes_from() -> None:
+    from envbuild.resolver.output import result_to_json, result_to_text
+
+    request = request_from_flags(framework="torch==2.9.*", python="3.14t", gpus=("H100",))
+    stack = resolve(request, load_matrix())
+    assert isinstance(stack, Stack) and stack.managed_python is not None
+    line = next(x for x in result_to_text(stack) if x.strip().startswith("python:"))
+    assert line.endswith(
+        f"3.14t on {stack.os}: managed, python-build-standalone {stack.managed_python.release} "
+        f"(CPython {stack.managed_python.version}) via the lock's uv"
+    )
+    managed = result_to_json(stack)["stack"]["managed_python"]
+    assert managed["uv_key"] == "cpython-3.14.7+freethreaded-linux-x86_64-gnu"
+    assert len(managed["sha256"]) == 64 and managed["bootstrap_python"] == "3.12"
+    plain = resolve(request_from_flags(framework="torch==2.9.*", gpus=("H100",)), load_matrix())
+    assert isinstance(plain, Stack) and "managed_python" not in result_to_json(plain)["stack"]

@@ -232,7 +232,7 @@ def test_matrix_check_counts_the_table() -> None:
     shipped = load_matrix_from(None)
     files = len(list(matrix_dir().glob("*.toml")))
     assert f", {len(shipped.ngc_images)} ngc_images, " in code.stdout
-    assert code.stdout.endswith(f" listed_gpus ({files} files)\n")
+    assert code.stdout.endswith(f" python_builds ({files} files)\n")
 
 
 def test_an_overlay_row_replaces_the_shipped_one_and_the_cache_sees_it(
