@@ -151,11 +151,7 @@ class FileStore:
         return passes if isinstance(passes, dict) else {}
 
     def find(self, image_id: str) -> Mapping[str, Any] | None:
-        if not self.reuse:
-            return None
-        entry = self._read().get(f"{self.key}/{image_id}")
-        ok = isinstance(entry, dict) and isinstance(entry.get("report_label"), str)
-        return entry if ok else None
+        return self._find(image_id)
 
     def record(self, image_id: str, entry: Mapping[str, Any]) -> Mapping[str, Any]:
         stamp = {"passed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
@@ -165,11 +161,7 @@ class FileStore:
 
     def find_built(self, context_key: str) -> Mapping[str, Any] | None:
         """The tagged image last built here from this context key and passed."""
-        if not self.reuse:
-            return None
-        entry = self._read().get(f"{self.key}/built/{context_key}")
-        ok = isinstance(entry, dict) and isinstance(entry.get("report_label"), str)
-        return entry if ok else None
+        return self._find(f"built/{context_key}")
 
     def record_built(self, context_key: str, entry: Mapping[str, Any]) -> None:
         self._write(f"{self.key}/built/{context_key}", dict(entry))
@@ -177,14 +169,19 @@ class FileStore:
     def find_env(self, env_key: str) -> Mapping[str, Any] | None:
         """The payload's pass of an image built from this environment key (every input of the
         build but the project's files), when one passed here."""
-        if not self.reuse:
-            return None
-        entry = self._read().get(f"{self.key}/env/{env_key}")
-        ok = isinstance(entry, dict) and isinstance(entry.get("report_label"), str)
-        return entry if ok else None
+        return self._find(f"env/{env_key}")
 
     def record_env(self, env_key: str, entry: Mapping[str, Any]) -> None:
         self._write(f"{self.key}/env/{env_key}", dict(entry))
+
+    def _find(self, name: str) -> Mapping[str, Any] | None:
+        """The entry stored under `<host key>/name` when it holds a report label (nothing
+        with --resmoke)."""
+        if not self.reuse:
+            return None
+        entry = self._read().get(f"{self.key}/{name}")
+        ok = isinstance(entry, dict) and isinstance(entry.get("report_label"), str)
+        return entry if ok else None
 
     def _write(self, name: str, entry: Mapping[str, Any]) -> None:
         passes = self._read()

@@ -503,24 +503,15 @@ def _project_only(
     report = json.loads(str(env_pass["report_label"]))
     report.pop("envbuild", None)
     judgement = SmokeJudgement(ok=True, report=report, summary=str(env_pass.get("summary", "")))
-    try:
+    with _removed_on_failure(engine, job, candidate):
         command = _project_step(engine, spec, job, candidate, progress, judgement)
         since = {
             "image_id": str(env_pass.get("candidate_id", "")),
             **{k: env_pass[k] for k in ("passed_at", "where", "smoke_s") if k in env_pass},
         }
         label = report_label(report, job, attach, command, environment_pass=since)
-        started = time.monotonic()
-        image_id = engine.tag(
-            candidate, job.tag, labels={REPORT_LABEL: label, LOCK_SHA_LABEL: job.lock_sha256}
-        )
-        tag_s = round(time.monotonic() - started, 3)
+        image_id, tag_s = _tag(engine, job, candidate, label)
         _check_labels(engine, job)
-    except BaseException:
-        if not job.keep_failed:
-            with contextlib.suppress(EnvbuildError):
-                engine.remove_image(candidate)
-        raise
     smoke_s = round(command["duration_s"], 3) if command else 0.0
     return ImageOutcome(
         tag=job.tag,
@@ -554,7 +545,7 @@ def _smoke_and_tag(
     """The smoke container, the project's own step, then the tag; on any failure (Ctrl-C and
     engine errors too) the candidate is removed unless kept."""
     candidate = spec.image
-    try:
+    with _removed_on_failure(engine, job, candidate):
         with clock.step("smoke"):
             result = engine.run(spec)
             judgement = _passed(job, result, judge, candidate)
@@ -562,18 +553,32 @@ def _smoke_and_tag(
             command = _project_step(engine, spec, job, candidate, progress, judgement)
         label = report_label(judgement.report, job, attach, command)
         with clock.step("tag"):
-            tag_started = time.monotonic()
-            image_id = engine.tag(
-                candidate, job.tag, labels={REPORT_LABEL: label, LOCK_SHA_LABEL: job.lock_sha256}
-            )
-            tag_s = round(time.monotonic() - tag_started, 3)
+            image_id, tag_s = _tag(engine, job, candidate, label)
+    return result, judgement, command, label, image_id, tag_s
+
+
+@contextlib.contextmanager
+def _removed_on_failure(engine: ContainerEngine, job: ImageJob, candidate: str) -> Iterator[None]:
+    """On any failure inside (Ctrl-C and engine errors too) the candidate is removed unless
+    kept (--keep-failed)."""
+    try:
+        yield
     except BaseException:
         # A failing cleanup must not hide why the run failed.
         if not job.keep_failed:
             with contextlib.suppress(EnvbuildError):
                 engine.remove_image(candidate)
         raise
-    return result, judgement, command, label, image_id, tag_s
+
+
+def _tag(engine: ContainerEngine, job: ImageJob, candidate: str, label: str) -> tuple[str, float]:
+    """Tag the candidate with its report label and the lock's sha256: the new image id and
+    the seconds it took."""
+    started = time.monotonic()
+    image_id = engine.tag(
+        candidate, job.tag, labels={REPORT_LABEL: label, LOCK_SHA_LABEL: job.lock_sha256}
+    )
+    return image_id, round(time.monotonic() - started, 3)
 
 
 def _project_step(
@@ -740,13 +745,7 @@ def _tag_earlier_pass(
 ) -> ImageOutcome:
     """Tag a candidate whose image id passed here before, with the report label of that pass
     (the same label: the same final image id as then)."""
-    started = time.monotonic()
-    image_id = engine.tag(
-        candidate,
-        job.tag,
-        labels={REPORT_LABEL: str(earlier["report_label"]), LOCK_SHA_LABEL: job.lock_sha256},
-    )
-    tag_s = round(time.monotonic() - started, 3)
+    image_id, tag_s = _tag(engine, job, candidate, str(earlier["report_label"]))
     _check_labels(engine, job)
     done = {**earlier, "image_id": image_id, "candidate_id": candidate, "builder": built.builder}
     return _outcome_of(job, done, build_s=build_s, tag_s=tag_s, unchanged=False)
