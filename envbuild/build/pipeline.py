@@ -78,10 +78,11 @@ class ImageJob:
     keep_failed: bool = False
     extra_labels: Mapping[str, str] = field(default_factory=dict)
     gpu: GpuChoice = field(default_factory=GpuChoice)
+    """How to attach GPUs (auto: gpu_attach.choose decides) and which ones."""
     smoke_command: tuple[str, ...] = ()
+    """The project's own smoke step (`[smoke] command`), run after the payload passed."""
     target_gpus: tuple[str, ...] = ()
     """The lock's [targets] gpus: what the memory fit is held against (all known: none)."""
-    """The project's own smoke step (`[smoke] command`), run after the payload passed."""
     smoke_plan: Mapping[str, Any] = field(default_factory=dict)
     """The plan the judge holds (`envbuild.smoke.plan.plan`): its tier and steps are part of
     what a recorded pass is a pass of (`envbuild.build.passes.pass_plan`)."""
@@ -93,8 +94,8 @@ class ImageJob:
     tagged image built from the same key that passed here is used as it is. "": never."""
     env_key: str = ""
     """The same without the project's files: a candidate whose environment passed here runs
-    only the project's own smoke command. "": never (no project, or --resmoke)."""
-    """How to attach GPUs (auto: gpu_attach.choose decides) and which ones."""
+    only the project's own smoke command. "": never (no project, or no pass store); under
+    --resmoke it is set, so the pass is recorded, but the store finds nothing."""
 
 
 class StepClock:
