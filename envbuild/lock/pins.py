@@ -199,23 +199,56 @@ def plain_cpython() -> str | None:
     return sys.executable or None
 
 
-def free_threaded_cpython(python: str) -> str:
+def free_threaded_cpython(python: str) -> str | None:
     """A free-threaded CPython of this minor on PATH ("python3.14t"), for uv to read the
     cp314t ABI from: `uv pip compile --python-version` takes no "t" (uv 0.13.9: "found `t`,
-    which is not part of a valid version") and takes the free-threading ABI from its
-    interpreter. PinError (exit 3) when there is none."""
+    which is not part of a valid version"; by design, astral-sh/uv#21149: "select it through
+    `--python=3.14t`") and takes the free-threading ABI from its interpreter."""
     import shutil
 
-    found = shutil.which(f"python{python}")
-    if found is None:
+    return shutil.which(f"python{python}")
+
+
+def _free_threaded_tool(
+    req: PinRequest, name: str, base: list[str], prefer: str | None
+) -> tuple[str, list[str], str | None]:
+    """(tool, its argv, uv's interpreter) for a free-threaded `req`: uv with a python3.14t of
+    this machine, else pip, which takes the ABI as `--abi cp314t` and needs no such Python;
+    PinError (exit 3) when uv was asked for by name or pip cannot do this lock."""
+    found = free_threaded_cpython(req.python)
+    if name == "uv" and found:
+        return name, base, found
+    if name == "pip":
+        return name, base, None
+    abi = "cp" + req.python.replace(".", "")
+    why = (
+        f"pinning {req.python} wheels with uv needs a free-threaded CPython {req.python} on "
+        f"this machine (uv reads the {abi} ABI from an interpreter), and python{req.python} is "
+        "not on PATH"
+    )
+    install = f"`uv python install {req.python}`, or your OS's python{req.python}"
+    if (prefer or os.environ.get("ENVBUILD_PYDEPS")) == "uv":
         raise PinError(
-            f"pinning {python} wheels needs a free-threaded CPython {python} on this machine: "
-            f"uv reads the {'cp' + python.replace('.', '')} ABI from an interpreter, and "
-            f"python{python} is not on PATH",
-            hint=f"install one (`uv python install {python}`, or your OS's python{python}) and "
-            f"put python{python} on PATH, then run envbuild lock again",
+            why,
+            hint=f"install one ({install}) and put it on PATH, or unset "
+            "ENVBUILD_PYDEPS=uv to let pip pin it (pip takes --abi)",
         )
-    return found
+    blocker = (
+        "--offline"
+        if req.offline
+        else "source packages"
+        if req.source_packages
+        else None
+        if _has_pip()
+        else "no pip in envbuild's environment"
+    )
+    if blocker:
+        raise PinError(
+            f"{why}; pip, which needs none, cannot do this lock ({blocker})",
+            hint=f"install one ({install}) and put python{req.python} on PATH, then run "
+            "envbuild lock again",
+        )
+    return "pip", [sys.executable, "-m", "pip"], None
 
 
 def uv_argv(uv: Sequence[str], req: PinRequest, *, interpreter: str | None = None) -> list[str]:
@@ -474,6 +507,29 @@ def _local_wheel_hashes(text: str, links: Sequence[str]) -> list[tuple[str, str]
 # --- pip (fallback) ----------------------------------------------------------------------------
 
 
+_OLDEST_GLIBC_MINOR = {"x86_64": 5, "aarch64": 17}
+"""The first manylinux glibc of each architecture (PEP 600: manylinux1 is 2_5; aarch64 wheels
+start at manylinux2014, 2_17)."""
+_LEGACY_MANYLINUX = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
+"""PEP 599/571/513's names for glibc 2.17, 2.12 and 2.5 (PEP 600 keeps them as aliases)."""
+
+
+def pip_platforms(platform: str) -> list[str]:
+    """Every platform tag a manylinux_2_28 image takes, newest first. pip's `--platform` is the
+    one tag it is given (pip 26.3 expands only manylinux2014/2010, not PEP 600 names), so
+    `--platform manylinux_2_28_x86_64` alone finds no torch: its nvidia-* dependencies are
+    tagged manylinux_2_12/2_17/2_27 (`pip install --dry-run` of torch 2.10.0, 2026-12-03:
+    "No matching distribution found for nvidia-cuda-nvrtc-cu12==12.8.93"). uv expands its
+    `--python-platform` itself."""
+    newest = int(MANYLINUX.rsplit("_", 1)[1])
+    tags = []
+    for minor in range(newest, _OLDEST_GLIBC_MINOR.get(platform, 17) - 1, -1):
+        tags.append(f"manylinux_2_{minor}_{platform}")
+        if minor in _LEGACY_MANYLINUX:
+            tags.append(f"{_LEGACY_MANYLINUX[minor]}_{platform}")
+    return tags
+
+
 def pip_argv(pip: Sequence[str], req: PinRequest, report: str) -> list[str]:
     # pip < 24 refuses --platform without --target even for --dry-run; nothing is installed.
     argv = [
@@ -486,10 +542,10 @@ def pip_argv(pip: Sequence[str], req: PinRequest, report: str) -> list[str]:
         report,
         "--only-binary",
         ":all:",
-        "--platform",
-        f"{MANYLINUX}_{req.platform}",
+        *[arg for tag in pip_platforms(req.platform) for arg in ("--platform", tag)],
         "--python-version",
         free_threaded_minor(req.python) or req.python,
+        # pip, unlike uv, takes the ABI as an option: a free-threaded lock needs no cp314t here.
         *(["--abi", "cp" + req.python.replace(".", "")] if free_threaded_minor(req.python) else []),
         "--implementation",
         "cp",
@@ -615,6 +671,9 @@ def pin(
     """Pin `req` transitively with hashes through uv (pip as fallback)."""
     runner = runner or run_subprocess
     name, base = select_tool(tool)
+    interpreter = plain_cpython()
+    if free_threaded_minor(req.python):
+        name, base, interpreter = _free_threaded_tool(req, name, base, tool)
     env = isolated_env(os.environ)
     sdists: tuple[tuple[str, str], ...] = ()
     fsio.remove_dead_temp()  # what a SIGKILLed lock left
@@ -637,11 +696,6 @@ def pin(
             # (--only-binary; source packages come with their metadata): naming the one
             # envbuild runs on spares uv its search of PATH, which on a pyenv machine runs
             # pyenv's shell shims (0.25 s of a 0.7 s lock, benchmarks/RESULTS.md, section 3).
-            interpreter = (
-                free_threaded_cpython(req.python)
-                if free_threaded_minor(req.python)
-                else plain_cpython()
-            )
             argv = uv_argv(base, replace(req, find_links=links), interpreter=interpreter)
             result = runner(argv, work, env)
             if result.returncode != 0:

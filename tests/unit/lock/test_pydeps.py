@@ -275,15 +275,119 @@ def test_a_free_threaded_python_is_a_version_for_uv_and_an_abi_for_pip() -> None
     assert pip[pip.index("--abi") + 1] == "cp314t"
 
 
-def test_pinning_free_threaded_wheels_without_such_a_python_is_refused(
+def _no_free_threaded_python(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no python3.14t anywhere
+    monkeypatch.delenv("ENVBUILD_PYDEPS", raising=False)
+
+
+def test_without_a_free_threaded_python_pip_pins_with_its_abi_option(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setenv("PATH", str(tmp_path))  # no python3.14t anywhere
+    """uv needs a python3.14t to read the cp314t ABI from; pip takes `--abi cp314t`, so a
+    machine without one still locks (the reply's `tool` says pip, `lock` prints it)."""
+    _no_free_threaded_python(monkeypatch, tmp_path)
     fake = Fake(RunResult(0, "", ""))
-    with pytest.raises(PinError, match=r"python3\.14t is not on PATH") as err:
-        pydeps.pin(_req(python="3.14t", offline=True), runner=fake, tool="uv")
+
+    def report(argv: Any, cwd: Path, env: Any) -> RunResult:
+        (cwd / "report.json").write_text(PIP_REPORT.read_text())
+        return fake(argv, cwd, env)
+
+    result = pydeps.pin(_req(python="3.14t"), runner=report)
+    assert result.tool == "pip" and [p.name for p in result.packages] == ["jinja2", "markupsafe"]
+    assert fake.argv[1:4] == ["-m", "pip", "install"]
+    assert fake.argv[fake.argv.index("--abi") + 1] == "cp314t"
+
+
+@pytest.mark.parametrize(
+    ("kw", "env", "says"),
+    [
+        ({"offline": True}, None, "cannot do this lock (--offline)"),
+        ({"source_packages": ("flash-attn",)}, None, "cannot do this lock (source packages)"),
+        ({}, "uv", "unset ENVBUILD_PYDEPS=uv"),
+    ],
+)
+def test_a_free_threaded_lock_pip_cannot_do_is_refused_with_a_next_step(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    kw: dict[str, Any],
+    env: str | None,
+    says: str,
+) -> None:
+    _no_free_threaded_python(monkeypatch, tmp_path)
+    if env:
+        monkeypatch.setenv("ENVBUILD_PYDEPS", env)
+    fake = Fake(RunResult(0, "", ""))
+    with pytest.raises(PinError, match=r"python3\.14t is\s+not on PATH") as err:
+        pydeps.pin(_req(python="3.14t", **kw), runner=fake)
+    assert says in err.value.message + err.value.hint
     assert "uv python install 3.14t" in err.value.hint
+    assert fake.argv == []  # nothing ran
+
+
+def test_a_free_threaded_python_on_path_is_the_one_uv_reads(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _no_free_threaded_python(monkeypatch, tmp_path)
     found = tmp_path / "python3.14t"
     found.write_text("#!/bin/sh\n")
     found.chmod(0o755)
     assert pydeps.free_threaded_cpython("3.14t") == str(found)
+    fake = Fake(RunResult(0, "", ""), TORCH_210.read_text())
+    assert pydeps.pin(_req(python="3.14t"), runner=fake, tool="uv").tool == "uv"
+    assert fake.argv[-2:] == ["--python", str(found)]
+
+
+# Wheel names of torch 2.10.0's dependencies on PyPI (Simple API, 2026-12-03): pip's
+# `--platform` must cover each, or pip finds "no matching distribution".
+_TORCH_DEPENDENCY_WHEELS = (
+    "nvidia_cuda_nvrtc_cu12-12.8.93-py3-none-manylinux2010_x86_64.manylinux_2_12_x86_64.whl",
+    "nvidia_cusparselt_cu12-0.7.1-py3-none-manylinux2014_x86_64.whl",
+    "nvidia_cublas_cu12-12.8.4.1-py3-none-manylinux_2_27_x86_64.whl",
+    "torch-2.10.0-3-cp314-cp314t-manylinux_2_28_x86_64.whl",
+    "nvidia_cuda_nvrtc_cu12-12.8.93-py3-none-manylinux2014_aarch64.manylinux_2_17_aarch64.whl",
+)
+
+
+@pytest.mark.parametrize("wheel", _TORCH_DEPENDENCY_WHEELS)
+def test_pips_platforms_take_every_manylinux_tag_the_image_does(wheel: str) -> None:
+    from packaging.utils import parse_wheel_filename
+
+    tags = parse_wheel_filename(wheel)[3]
+    arch = "aarch64" if wheel.endswith("aarch64.whl") else "x86_64"
+    platforms = pydeps.pip_platforms(arch)
+    assert any(t.platform in platforms for t in tags)
+    assert platforms[0] == f"manylinux_2_28_{arch}"
+    argv = pydeps.pip_argv(["pip"], _req(platform=arch), "report.json")
+    assert [argv[i + 1] for i, a in enumerate(argv) if a == "--platform"] == platforms
+
+
+def test_pips_platforms_stop_at_each_architectures_first_manylinux() -> None:
+    assert pydeps.pip_platforms("x86_64")[-2:] == ["manylinux_2_5_x86_64", "manylinux1_x86_64"]
+    arm = pydeps.pip_platforms("aarch64")
+    assert arm[-2:] == ["manylinux_2_17_aarch64", "manylinux2014_aarch64"]
+    assert not any("2_28_x86" in t for t in arm)
+
+
+@pytest.mark.network
+def test_live_pip_pins_free_threaded_wheels_without_a_free_threaded_python(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The pin is the cp314t wheel itself: its sha256 is the one PyPI lists for it."""
+    import requests
+
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable))
+    req = PinRequest(requirements=("markupsafe==3.0.4",), python="3.14t")
+    result = pydeps.pin(req)
+    assert result.tool == "pip"
+    page = requests.get(
+        "https://pypi.org/simple/markupsafe/",
+        headers={"Accept": "application/vnd.pypi.simple.v1+json"},
+        timeout=30,
+    ).json()
+    wanted = {
+        f["hashes"]["sha256"]
+        for f in page["files"]
+        if f["filename"].startswith("markupsafe-3.0.4-cp314-cp314t-") and "x86_64" in f["filename"]
+    }
+    assert {h.removeprefix("sha256:") for h in result.packages[0].hashes} <= wanted
+    assert result.packages[0].hashes
