@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -31,7 +32,7 @@ from envbuild.build.pipeline import (
 )
 from envbuild.core.errors import EnvbuildError, RegistryError, UserError
 from envbuild.core.fsio import check_output
-from envbuild.core.models import ENGINE_PLATFORMS
+from envbuild.core.models import ENGINE_PLATFORMS, Lock
 from envbuild.core.values import parse_image_ref
 from envbuild.engine import select
 from envbuild.engine.protocol import ContainerEngine, RunResult
@@ -382,6 +383,30 @@ def make_judge(plan: SmokePlan) -> Judge:
     return judge
 
 
+MIRROR_ARG = "UV_PYTHON_INSTALL_MIRROR"
+"""The ARG a managed Python's install step declares (templates/macros.j2); its value comes
+from the variable of the same name where `envbuild image` runs, the one uv itself reads
+(https://docs.astral.sh/uv/reference/environment/#uv_python_install_mirror)."""
+_MIRROR_RE = re.compile(r"(https?|file)://[^\s\"'\\$`]+")
+
+
+def build_args(lock: Lock, environ: Mapping[str, str]) -> dict[str, str]:
+    """The build arguments of this lock's image: the managed Python's mirror, when the lock
+    has a managed Python and the variable is set (anything else ignores it, as uv does
+    without a download); UserError (exit 2) for a value that is not a URL."""
+    mirror = environ.get(MIRROR_ARG, "")
+    if lock.stack.managed_python is None or not mirror:
+        return {}
+    if not _MIRROR_RE.fullmatch(mirror):
+        raise UserError(
+            f"{MIRROR_ARG}={mirror!r} is not an http(s):// or file:// URL without spaces, "
+            "quotes, backslashes, $ or backticks",
+            hint=f"set it to the URL that replaces https://github.com/astral-sh/"
+            f"python-build-standalone/releases/download, or unset {MIRROR_ARG}",
+        )
+    return {MIRROR_ARG: mirror}
+
+
 def prepare(
     *,
     image_dir: Path,
@@ -389,9 +414,11 @@ def prepare(
     build_inputs: BuildInputs,
     matrix_overlay: Path | None = None,
     progress: Callable[[str], None] | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> tuple[ImageJob, Judge]:
     """Everything the engine part needs, decided before the engine is touched; `progress`
-    hears the choices made for the user (the lock's wheel folder as the wheelhouse)."""
+    hears the choices made for the user (the lock's wheel folder as the wheelhouse, a
+    managed Python's mirror); `environ` (os.environ) gives the build arguments."""
     if request.tag is not None:
         check_tag(request.tag)
     check_delivery(request, buildkit=build_inputs.buildkit)
@@ -403,6 +430,9 @@ def prepare(
     options, note = lock_wheelhouse(lock, options, image_dir=image_dir)
     if note is not None and progress is not None:
         progress(note)
+    args = build_args(lock, os.environ if environ is None else environ)
+    if args and progress is not None:
+        progress(f"Python {lock.stack.python} from the mirror {args[MIRROR_ARG]} ({MIRROR_ARG})")
     matrix = matrix_data.load_matrix_from(matrix_overlay)
     sha = lock_sha256(lock_text)
     files = build_context(
@@ -435,5 +465,6 @@ def prepare(
         # As the Dockerfile's FROM says it (render/dockerfile.py): explicit for aarch64 only,
         # so an x86_64 lock builds as before on every engine.
         platform=None if lock.platform == "x86_64" else ENGINE_PLATFORMS[lock.platform],
+        build_args=args,
     )
     return job, make_judge(plan)

@@ -89,6 +89,10 @@ class ImageJob:
     platform: str | None = None
     """The lock's platform as the engine names it ("linux/arm64"), for the build and the
     smoke container; None: the engine's own (an x86_64 lock: `app.image.prepare`)."""
+    build_args: Mapping[str, str] = field(default_factory=dict)
+    """Values for the Dockerfile's ARGs (`app.image.build_args`: a managed Python's mirror).
+    Not part of the context key: the mirror serves the locked archive, whose sha256 the build
+    checks, so the image is the same."""
     context_key: str = ""
     """sha256 of what the build reads (context, base image id, builder: `app.image`); a
     tagged image built from the same key that passed here is used as it is. "": never."""
@@ -615,7 +619,11 @@ def _build(
     started = time.monotonic()
     try:
         built = engine.build(
-            context=job.context, labels=labels, progress=progress, platform=job.platform
+            context=job.context,
+            labels=labels,
+            progress=progress,
+            platform=job.platform,
+            build_args=job.build_args,
         )
     except BuildError as err:
         raise _explain_hash_mismatch(err, job) from None

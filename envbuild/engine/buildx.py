@@ -59,6 +59,7 @@ def buildx_command(
     docker: str = "docker",
     options: BuildxOptions | None = None,
     platform: str | None = None,
+    build_args: Mapping[str, str] | None = None,
 ) -> list[str]:
     """The `docker buildx build` command line for one build (unit-tested)."""
     options = options or BuildxOptions()
@@ -82,6 +83,8 @@ def buildx_command(
         cmd += ["--cache-to", spec]
     if platform is not None:
         cmd += ["--platform", platform]
+    for name, value in sorted((build_args or {}).items()):
+        cmd += ["--build-arg", f"{name}={value}"]
     if pull:
         cmd.append("--pull")
     cmd.append(str(context_dir))
@@ -179,6 +182,7 @@ class BuildxEngine:
         progress: ProgressFn,
         pull: bool = False,
         platform: str | None = None,
+        build_args: Mapping[str, str] | None = None,
     ) -> BuildResult:
         stream = BuildStream(progress)
         fsio.remove_dead_temp()
@@ -194,6 +198,7 @@ class BuildxEngine:
                 docker=self.docker_cli,
                 options=self.options,
                 platform=platform,
+                build_args=build_args or {},
             )
             code = _run_buildx(cmd, stream)
             stream.flush()

@@ -314,6 +314,7 @@ class DockerEngine:
         pull: bool = False,
         platform: str | None = None,
         tag: str | None = None,
+        build_args: Mapping[str, str] | None = None,
     ) -> BuildResult:
         stream = BuildStream(progress)
         try:
@@ -329,6 +330,7 @@ class DockerEngine:
                 # `POST /build?platform=` (API 1.32+): the RUN steps of another architecture
                 # run under emulation; the image's config names that architecture.
                 platform=platform,
+                buildargs=dict(build_args) if build_args else None,
                 decode=True,
             )
             for chunk in chunks:

@@ -88,10 +88,12 @@ class ContainerEngine(Protocol):
         progress: ProgressFn,
         pull: bool = False,
         platform: str | None = None,
+        build_args: Mapping[str, str] | None = None,
     ) -> BuildResult:
         """Build the context (file path -> bytes, "Dockerfile" at its root); untagged.
         `platform` ("linux/arm64") is the image's CPU architecture, another than the
-        engine's own under emulation (binfmt_misc + qemu-user); None: the engine's own."""
+        engine's own under emulation (binfmt_misc + qemu-user); None: the engine's own.
+        `build_args`: values for ARGs the Dockerfile declares (`docker build --build-arg`)."""
 
     def run(self, spec: RunSpec) -> RunResult:
         """Run to completion or the time limit; the container is always removed afterwards."""

@@ -37,6 +37,8 @@ class FakeEngine:
     read_only: bool = False
     platforms: list[str | None] = field(default_factory=list)
     """The `platform` of each build, in order."""
+    build_args: list[dict[str, str]] = field(default_factory=list)
+    """The `build_args` of each build, in order."""
     _n: int = 0
 
     @property
@@ -64,10 +66,12 @@ class FakeEngine:
         progress: ProgressFn,
         pull: bool = False,
         platform: str | None = None,
+        build_args: Mapping[str, str] | None = None,
     ) -> BuildResult:
         self._writes("builds")
         self.calls.append(("build", dict(labels)))
         self.platforms.append(platform)
+        self.build_args.append(dict(build_args or {}))
         progress("Step 1/1 : FROM base")
         if self.build_error:
             raise self.build_error

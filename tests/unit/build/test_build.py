@@ -149,6 +149,15 @@ def test_the_locks_platform_reaches_the_build_and_the_smoke_container() -> None:
     assert [spec.platform for spec in plain.runs] == [None]
 
 
+def test_the_jobs_build_arguments_reach_the_engine() -> None:
+    engine = FakeEngine(run_result=OK_RUN)
+    args = {"UV_PYTHON_INSTALL_MIRROR": "http://mirror.example/pbs"}
+    build_and_verify(engine, make_job(needs_gpu=False, build_args=args), judge=passing, progress=print)
+    plain = FakeEngine(run_result=OK_RUN)
+    build_and_verify(plain, make_job(needs_gpu=False), judge=passing, progress=print)
+    assert (engine.build_args, plain.build_args) == ([args], [{}])
+
+
 def test_allow_cpu_runs_the_cpu_path_without_gpus_or_runtime_check() -> None:
     engine = FakeEngine(run_result=OK_RUN, nvidia=False)
     job = make_job(allow_cpu=True)

@@ -34,6 +34,7 @@ class CachingEngine(FakeEngine):
         progress: ProgressFn,
         pull: bool = False,
         platform: str | None = None,
+        build_args: Mapping[str, str] | None = None,
     ) -> BuildResult:
         self.calls.append(("build", dict(labels)))
         self.images[CANDIDATE] = dict(labels)

@@ -117,6 +117,15 @@ def test_buildx_builds_for_the_platform_given(tmp_path: Path) -> None:
     assert cmd[-1] == str(tmp_path)
 
 
+def test_buildx_passes_build_arguments_sorted(tmp_path: Path) -> None:
+    args = {"Z_ARG": "1", "UV_PYTHON_INSTALL_MIRROR": "http://m.example/pbs"}
+    cmd = buildx_command(context_dir=tmp_path, iidfile=tmp_path / "iid", build_args=args)
+    pairs = [b for a, b in itertools.pairwise(cmd) if a == "--build-arg"]
+    assert pairs == ["UV_PYTHON_INSTALL_MIRROR=http://m.example/pbs", "Z_ARG=1"]
+    assert cmd[-1] == str(tmp_path)
+    assert "--build-arg" not in buildx_command(context_dir=tmp_path, iidfile=tmp_path / "i")
+
+
 def test_buildx_passes_caches_through_and_secrets_only_when_in_the_context(
     tmp_path: Path,
 ) -> None:

@@ -67,13 +67,22 @@ def mirror(base_image: str, tmp_path: Path) -> Iterator[tuple[str, str, bytes]]:
     handler = functools.partial(
         http.server.SimpleHTTPRequestHandler, directory=str(tmp_path / "mirror")
     )
-    server = _QuietServer(("127.0.0.1", 0), handler)
+    server = _QuietServer((_host_ip(), 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", version, archive
+        yield f"http://{_host_ip()}:{server.server_address[1]}", version, archive
     finally:
         server.shutdown()
+
+
+def _host_ip() -> str:
+    """The bridge network's gateway: the address of this machine that a build container on
+    the default network reaches (`envbuild image` builds there; --network host is 127.0.0.1)."""
+    gateway = _docker(
+        "network", "inspect", "bridge", "--format", "{{(index .IPAM.Config 0).Gateway}}"
+    )
+    return gateway.strip() or "127.0.0.1"
 
 
 class _QuietServer(http.server.ThreadingHTTPServer):
@@ -128,6 +137,33 @@ def test_the_managed_python_step_builds_and_the_venv_runs_it(
         assert out == [f"/opt/python/cpython-{version}-linux-x86_64-gnu", "1.17.0"]
     finally:
         _docker("rmi", "--force", tag, check=False)
+
+
+def test_envbuild_image_passes_the_mirror_from_its_environment(
+    base_image: str, mirror: tuple[str, str, bytes], tmp_path: Path
+) -> None:
+    """The engine `envbuild image` builds with, given the build arguments `app.image` takes
+    from UV_PYTHON_INSTALL_MIRROR where it runs: uv fetches the archive from the mirror."""
+    from envbuild.app.image import build_args
+    from envbuild.engine.docker import DockerEngine
+
+    url, version, archive = mirror
+    lock = _lock(version, hashlib.sha256(archive).hexdigest())
+    args = build_args(lock, {"UV_PYTHON_INSTALL_MIRROR": url, "PATH": "/bin"})
+    assert args == {"UV_PYTHON_INSTALL_MIRROR": url}
+    options = render.RenderOptions(base_image=base_image, ca_cert=_proxy_ca())
+    files = render.build_context(
+        lock, "lock text\n", image_dir=tmp_path, options=options, matrix=Matrix()
+    )
+    engine, lines = DockerEngine(), list[str]()
+    built = engine.build(context=files, labels={}, progress=lines.append, build_args=args)
+    try:
+        script = "import sys; print(sys.base_prefix)"
+        out = _docker("run", "--rm", "--network", "none", built.image_id, "python", "-c", script)
+        assert out.strip() == f"/opt/python/cpython-{version}-linux-x86_64-gnu"
+        assert any("Installed Python" in line or "cpython-" in line for line in lines), lines
+    finally:
+        _docker("rmi", "--force", built.image_id, check=False)
 
 
 def test_a_wrong_sha256_fails_the_build(
