@@ -199,14 +199,27 @@ def plain_cpython() -> str | None:
     return sys.executable or None
 
 
-def free_threaded_cpython(python: str) -> str | None:
-    """A free-threaded CPython of this minor on PATH ("python3.14t"), for uv to read the
-    cp314t ABI from: `uv pip compile --python-version` takes no "t" (uv 0.13.9: "found `t`,
-    which is not part of a valid version"; by design, astral-sh/uv#21149: "select it through
-    `--python=3.14t`") and takes the free-threading ABI from its interpreter."""
+def free_threaded_cpython(python: str, uv: Sequence[str] = ()) -> str | None:
+    """A free-threaded CPython of this minor for uv to read the cp314t ABI from: `uv pip
+    compile --python-version` takes no "t" (uv 0.13.9: "found `t`, which is not part of a
+    valid version"; by design, astral-sh/uv#21149: "select it through `--python=3.14t`") and
+    takes the free-threading ABI from its interpreter. "python3.14t" on PATH, else the one
+    `uv python find 3.14t` finds (uv's own managed installs, which `uv python install 3.14t`
+    puts in its data folder, not necessarily on PATH); it never downloads one."""
     import shutil
 
-    return shutil.which(f"python{python}")
+    found = shutil.which(f"python{python}")
+    if found or not uv:
+        return found
+    argv = [*uv, "python", "find", "--no-config", "--no-python-downloads", python]
+    try:
+        done = subprocess.run(
+            argv, capture_output=True, text=True, timeout=30, env=isolated_env(os.environ)
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    path = done.stdout.strip()
+    return path if done.returncode == 0 and path and os.path.isfile(path) else None
 
 
 def _free_threaded_tool(
@@ -215,22 +228,25 @@ def _free_threaded_tool(
     """(tool, its argv, uv's interpreter) for a free-threaded `req`: uv with a python3.14t of
     this machine, else pip, which takes the ABI as `--abi cp314t` and needs no such Python;
     PinError (exit 3) when uv was asked for by name or pip cannot do this lock."""
-    found = free_threaded_cpython(req.python)
-    if name == "uv" and found:
-        return name, base, found
     if name == "pip":
         return name, base, None
+    found = free_threaded_cpython(req.python, base)
+    if found:
+        return name, base, found
     abi = "cp" + req.python.replace(".", "")
     why = (
         f"pinning {req.python} wheels with uv needs a free-threaded CPython {req.python} on "
         f"this machine (uv reads the {abi} ABI from an interpreter), and python{req.python} is "
-        "not on PATH"
+        "not on PATH or among uv's Pythons"
     )
-    install = f"`uv python install {req.python}`, or your OS's python{req.python}"
+    install = (
+        f"`uv python install {req.python}`, which uv then finds, or your OS's "
+        f"python{req.python} on PATH"
+    )
     if (prefer or os.environ.get("ENVBUILD_PYDEPS")) == "uv":
         raise PinError(
             why,
-            hint=f"install one ({install}) and put it on PATH, or unset "
+            hint=f"install one ({install}), or unset "
             "ENVBUILD_PYDEPS=uv to let pip pin it (pip takes --abi)",
         )
     blocker = (
@@ -245,8 +261,7 @@ def _free_threaded_tool(
     if blocker:
         raise PinError(
             f"{why}; pip, which needs none, cannot do this lock ({blocker})",
-            hint=f"install one ({install}) and put python{req.python} on PATH, then run "
-            "envbuild lock again",
+            hint=f"install one ({install}), then run envbuild lock again",
         )
     return "pip", [sys.executable, "-m", "pip"], None
 

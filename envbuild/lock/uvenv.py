@@ -29,7 +29,15 @@ _LEAKY_ENV = (
 # uv settings that only say how to reach an index, never which: TLS, caches, and credentials
 # (https://docs.astral.sh/uv/concepts/authentication/: netrc through NETRC, a keyring, and
 # UV_INDEX_<NAME>_USERNAME / _PASSWORD). Credentials never travel in a URL (request.py).
-_UV_KEPT = ("UV_CACHE_DIR", "UV_NATIVE_TLS", "UV_HTTP_TIMEOUT", "UV_KEYRING_PROVIDER")
+# UV_PYTHON_INSTALL_DIR says where uv's own Pythons are, for `uv python find` (a free-threaded
+# lock reads its ABI from one: envbuild.lock.pins.free_threaded_cpython).
+_UV_KEPT = (
+    "UV_CACHE_DIR",
+    "UV_NATIVE_TLS",
+    "UV_HTTP_TIMEOUT",
+    "UV_KEYRING_PROVIDER",
+    "UV_PYTHON_INSTALL_DIR",
+)
 
 
 def _uv_kept(key: str) -> bool:

@@ -275,9 +275,26 @@ def test_a_free_threaded_python_is_a_version_for_uv_and_an_abi_for_pip() -> None
     assert pip[pip.index("--abi") + 1] == "cp314t"
 
 
+FAKE_UV = """#!/bin/sh
+# `uv python find`: the path in FAKE_FOUND, else uv's answer when it finds none.
+if [ "$1 $2" = "python find" ]; then
+  [ -n "$FAKE_FOUND" ] && { echo "$FAKE_FOUND"; exit 0; }
+  echo "error: No interpreter found for Python 3.14+freethreaded" >&2; exit 2
+fi
+exit 99
+"""
+
+
 def _no_free_threaded_python(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("PATH", str(tmp_path))  # no python3.14t anywhere
+    """No python3.14t on PATH, and a uv whose `python find` finds none (a stand-in: the real
+    one would also look through this machine's own uv-managed Pythons)."""
+    monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv("ENVBUILD_PYDEPS", raising=False)
+    monkeypatch.delenv("FAKE_FOUND", raising=False)
+    uv = tmp_path / "uv"
+    uv.write_text(FAKE_UV)
+    uv.chmod(0o755)
+    monkeypatch.setenv("ENVBUILD_UV", str(uv))
 
 
 def test_without_a_free_threaded_python_pip_pins_with_its_abi_option(
@@ -322,6 +339,34 @@ def test_a_free_threaded_lock_pip_cannot_do_is_refused_with_a_next_step(
     assert says in err.value.message + err.value.hint
     assert "uv python install 3.14t" in err.value.hint
     assert fake.argv == []  # nothing ran
+
+
+def test_a_free_threaded_python_uv_manages_is_found_off_path(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`uv python install 3.14t` puts it in uv's data folder: `uv python find` finds it."""
+    _no_free_threaded_python(monkeypatch, tmp_path)
+    managed = tmp_path / "uv-python" / "cpython-3.14.7+freethreaded" / "bin" / "python3.14t"
+    managed.parent.mkdir(parents=True)
+    managed.write_text("")
+    monkeypatch.setenv("FAKE_FOUND", str(managed))
+    fake = Fake(RunResult(0, "", ""), TORCH_210.read_text())
+    assert pydeps.pin(_req(python="3.14t"), runner=fake).tool == "uv"
+    assert fake.argv[-2:] == ["--python", str(managed)]
+    monkeypatch.setenv("FAKE_FOUND", str(tmp_path / "gone" / "python3.14t"))
+    assert pydeps.free_threaded_cpython("3.14t", [str(tmp_path / "uv")]) is None
+
+
+def test_uv_python_find_is_asked_as_the_real_uv_takes_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same call with envbuild's own uv, for a Python this machine has (its venv's): the
+    flags are ones uv 0.13.9 accepts, and the path it prints is taken."""
+    uv = pydeps.find_uv()
+    if uv is None:
+        pytest.skip("no uv beside this Python")
+    monkeypatch.setenv("PATH", "/nonexistent")
+    minor = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    found = pydeps.free_threaded_cpython(minor, [uv])
+    assert found is not None and os.path.isfile(found)
 
 
 def test_a_free_threaded_python_on_path_is_the_one_uv_reads(
