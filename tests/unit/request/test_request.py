@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -297,6 +298,52 @@ def test_missing_folder_and_file(tmp_path: Path) -> None:
         load_request(tmp_path)
     assert "no request file" in err.value.message
     assert "docs/request.md" in err.value.hint
+
+
+@pytest.mark.parametrize(
+    ("files", "expect"),
+    [
+        ({}, '[framework] requirement = "torch"'),
+        ({"train.py": "print()"}, '[framework] requirement = "torch" and [project] path = "."'),
+        (
+            {"requirements.txt": "torchvision\ntorch>=2.6\n"},
+            '[framework] requirement = "torch", [packages] files = ["requirements.txt"] and '
+            '[project] path = "."',
+        ),
+        (
+            {
+                "pyproject.toml": '[project]\ndependencies = ["flax", "jax[cuda12]>=0.4"]\n',
+                "requirements.txt": "tensorflow\n",
+            },
+            '[framework] requirement = "jax", [packages] files = ["pyproject.toml"] and '
+            '[project] path = "."',
+        ),
+        (
+            {"setup.py": "setup(install_requires=['tensorflow==2.20.*'])", "uv.lock": "x"},
+            '[framework] requirement = "torch", [packages] files = ["uv.lock"] and '
+            '[project] path = "."',
+        ),
+        ({"requirements.txt": "pytorch-lightning\ntorchvision\n"}, 'requirement = "torch"'),
+    ],
+)
+def test_a_missing_request_names_the_smallest_one_for_the_folder(
+    tmp_path: Path, files: dict[str, str], expect: str
+) -> None:
+    """The hint is a request that locks as it is (pytorch/examples mnist/ and karpathy/minGPT
+    locked with theirs on 2026-12-03): the folder's first dependency file, the framework it
+    names, the folder as the project."""
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    with pytest.raises(RequestError) as err:
+        load_request(tmp_path)
+    assert expect in err.value.hint
+
+
+def test_a_fifo_named_like_a_dependency_file_is_not_read_for_the_hint(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "requirements.txt")
+    with pytest.raises(RequestError) as err:
+        load_request(tmp_path)
+    assert "files" not in err.value.hint  # not a file: neither read (no hang) nor suggested
 
 
 def test_canonical_json_leaves_out_defaults() -> None:
