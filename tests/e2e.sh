@@ -591,7 +591,8 @@ if [ "$E2E_PODMAN" = 1 ]; then
     check_json "$WORK/podman.json" ok=True smoke_reused=None device=cpu "builder=Buildah (Podman *" "base_image=$REG/$BASE"
     run podman image inspect --format '{{index .Labels "envbuild.lock.sha256"}}' "$TAG_PODMAN" >"$WORK/podman.label"
     [ "$(cat "$WORK/podman.label")" = "$LOCK_SHA" ] || fail "$TAG_PODMAN lacks the lock's label"
-    [ -z "$(podman ps -aq --filter "label=envbuild.lock.sha256=$LOCK_SHA")" ] || fail "Podman smoke container left behind"
+    left=$(podman ps -a --filter "label=envbuild.lock.sha256=$LOCK_SHA" --format '{{.Names}} {{.Status}} {{.Labels}}')
+    [ -z "$left" ] || fail "Podman smoke container left behind: $left"
     lap
 fi
 

@@ -230,6 +230,18 @@ def _run_smoke(
     plan = smoke.plan(lock, allow_cpu=False, matrix=matrix_data.load_matrix_from(matrix_overlay))
     result = run_in_image(engine, image, lock, attach=way)
     checks, report = _smoke_checks(result, image, lock, plan)
+    if result.left_behind:
+        # The image may be fine; the engine that keeps its containers is not.
+        name = result.left_behind
+        checks += (
+            Check(
+                "smoke-container",
+                "fail",
+                f"the engine would not remove smoke container {name}",
+                f"remove it (docker rm -f {name}, or podman rm -f {name}) and read the "
+                "engine's log for why",
+            ),
+        )
     return attached + checks, report
 
 

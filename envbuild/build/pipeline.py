@@ -33,7 +33,7 @@ from envbuild.core.errors import (
 )
 from envbuild.engine.protocol import BuildResult, ContainerEngine, ProgressFn, RunResult, RunSpec
 from envbuild.host.gpu_attach import Attachment, GpuChoice, unavailable_message
-from envbuild.smoke.container import SmokeLimits, smoke_container
+from envbuild.smoke.container import SmokeLimits, left_behind_note, smoke_container
 from envbuild.smoke.plan import SmokeJudgement
 from envbuild.smoke.project_step import run_command
 
@@ -553,6 +553,8 @@ def _smoke_and_tag(
     with _removed_on_failure(engine, job, candidate):
         with clock.step("smoke"):
             result = engine.run(spec)
+            if note := left_behind_note(result):
+                progress(note)
             judgement = _passed(job, result, judge, candidate)
             # The project's own step runs only after the payload passed, as the payload ran.
             command = _project_step(engine, spec, job, candidate, progress, judgement)

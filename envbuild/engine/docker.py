@@ -57,6 +57,10 @@ LOGS_GRACE_S = 60
 container's output before the run is given up as the engine's failure (exit 4)."""
 _PUSHED_RE = re.compile(r"digest: (sha256:[0-9a-f]{64})")
 POLL_S = 0.25
+REMOVE_GRACE_S = 30
+"""How long a container the engine would not remove is asked again before it is reported
+left behind (`RunResult.left_behind`)."""
+REMOVE_RETRY_S = 0.5
 STEP_LINE_MAX = 160
 
 # Docker's classic builder: "Step 3/9 : RUN ..."; Buildah behind Podman's API: "STEP 3/9: RUN ...".
@@ -381,6 +385,7 @@ class DockerEngine:
                 )
             kwargs.update(attach_kwargs(attachment, spec.environment))
         container: Any = None
+        removed: bool | None = None  # None: not tried yet (the `finally` below tries)
         started = time.monotonic()
         try:
             try:
@@ -390,12 +395,15 @@ class DockerEngine:
                 raise _start_error(exc, gpu_attach=attached) from None
             exit_code, timed_out = _wait(container, started + spec.timeout_s)
             stdout, stderr = _output(container, started + spec.timeout_s)
+            duration_s = round(time.monotonic() - started, 3)
+            removed = _remove_container(container)
             return RunResult(
                 exit_code=None if timed_out else exit_code,
                 stdout=stdout,
                 stderr=stderr,
                 timed_out=timed_out,
-                duration_s=round(time.monotonic() - started, 3),
+                duration_s=duration_s,
+                left_behind="" if removed else kwargs["name"],
             )
         except requests.exceptions.RequestException as exc:
             if not stalled(exc):
@@ -408,24 +416,13 @@ class DockerEngine:
                 "then rerun; the smoke container was removed",
             ) from None
         finally:
-            if container is None:
+            if removed is None and container is None:
                 # A slow engine may answer the lookup late too: asked again for a while.
                 get = functools.partial(self.client.containers.get, kwargs["name"])
                 with contextlib.suppress(docker.errors.DockerException, requests.RequestException):
                     container = answered_by(time.monotonic() + LOGS_GRACE_S, get)[1]
-            if container is not None:
-                self._remove_container(container)
-
-    def _remove_container(self, container: Any) -> None:
-        # Runs in `finally`, also after Ctrl-C: a second failure must not hide the first.
-        for _ in range(3):
-            try:
-                container.remove(force=True)
-                return
-            except docker.errors.NotFound:
-                return
-            except (docker.errors.APIError, requests.exceptions.RequestException):
-                time.sleep(0.5)
+            if removed is None and container is not None:
+                _remove_container(container)
 
     # --- images ------------------------------------------------------------------------------
 
@@ -637,6 +634,28 @@ class DockerEngine:
 
     def has_nvidia_runtime(self) -> bool:
         return self.gpu_attach().ok
+
+
+def _remove_container(container: Any, grace_s: float = REMOVE_GRACE_S) -> bool:
+    """Remove the container, asked again for up to `grace_s`; True once the engine no
+    longer knows it. Runs in `finally` too (after Ctrl-C), so it never raises: a second
+    failure must not hide the first. Podman answers a removal racing its own cleanup of
+    an exited container with 500 ("container state improper", "unlinkat ...: directory
+    not empty": github.com/containers/podman issues 6260, 7535), and once left a smoke
+    container behind in CI after three tries in 1.5 s."""
+    deadline = time.monotonic() + grace_s
+    while True:
+        with contextlib.suppress(docker.errors.APIError, requests.exceptions.RequestException):
+            with contextlib.suppress(docker.errors.NotFound):
+                container.remove(force=True)
+            # Gone only when the engine says so: a removal it answered may still be running.
+            try:
+                container.reload()
+            except docker.errors.NotFound:
+                return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(REMOVE_RETRY_S)
 
 
 def _wait(container: Any, deadline: float) -> tuple[int | None, bool]:

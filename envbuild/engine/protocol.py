@@ -35,6 +35,9 @@ class RunResult:
     stderr: str
     timed_out: bool = False
     duration_s: float = 0.0
+    left_behind: str = ""
+    """The container's name when the engine would not remove it after the run ("" = removed):
+    the caller says so and how to remove it, instead of leaving it unnoticed."""
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from envbuild.core.models import SmokeSettings
-from envbuild.engine.protocol import RunSpec
+from envbuild.engine.protocol import RunResult, RunSpec
 from envbuild.host.gpu_attach import Attachment
 from envbuild.smoke.plan import kill_after_s, payload_command
 
@@ -25,6 +25,18 @@ troubleshooting page names /dev/shm as the cause of its "Bus error" failures).""
 PASSTHROUGH_PREFIXES = ("NCCL_", "TORCH_NCCL_", "NVSHMEM_")
 ROLE_LABEL = "envbuild.role"
 """The label of every container envbuild starts (`envbuild.role=smoke`)."""
+
+
+def left_behind_note(result: RunResult) -> str:
+    """What to tell the user when the engine would not remove a smoke container ("" when it
+    did): its name and how to remove it, so nothing is left behind unnoticed."""
+    if not result.left_behind:
+        return ""
+    name = result.left_behind
+    return (
+        f"warning: the engine would not remove smoke container {name}; remove it by hand "
+        f"(docker rm -f {name}, or podman rm -f {name}) and read the engine's log for why"
+    )
 
 
 def shm_mib_for(min_shm_mib: int) -> int:

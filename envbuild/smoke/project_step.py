@@ -17,6 +17,7 @@ from typing import Any
 from envbuild.core.documents import json_loads
 from envbuild.core.errors import EnvbuildError, SmokeFailed
 from envbuild.engine.protocol import ContainerEngine, ProgressFn, RunResult, RunSpec
+from envbuild.smoke.container import left_behind_note
 from envbuild.smoke.plan import PAYLOAD_DIR
 
 WATCH_MARK = "ENVBUILD-WATCH-REPORT "
@@ -108,6 +109,8 @@ def run_command(
         environment={**payload_spec.environment, SMOKE_ENV: "1"},
     )
     result = engine.run(spec)
+    if note := left_behind_note(result):
+        progress(note)
     done = record(command, result)
     if done["ok"]:
         # The command's part of the smoke time (`smoke_command.duration_s`), named as such.

@@ -103,6 +103,17 @@ def test_pass_tags_after_the_smoke_run_with_both_labels() -> None:
     assert any(s.startswith("Step 1/1") for s in seen)
 
 
+def test_a_smoke_container_the_engine_kept_is_named_and_the_pass_still_tags() -> None:
+    # The image passed; the engine's leftover is said, with the command that removes it.
+    kept = replace(OK_RUN, left_behind="envbuild-smoke-00ff")
+    engine = FakeEngine(run_result=kept)
+    seen, progress = lines()
+    out = build_and_verify(engine, make_job(), judge=passing, progress=progress)
+    assert out.tag == "envbuild-test/demo:ok" and "tag" in engine.names()
+    warned = [s for s in seen if s.startswith("warning:")]
+    assert warned and "docker rm -f envbuild-smoke-00ff" in warned[0]
+
+
 def test_each_step_of_a_pass_is_timed_in_order_and_reported() -> None:
     clock = StepClock()
     out = build_and_verify(
