@@ -641,8 +641,8 @@ def _remove_container(container: Any, grace_s: float = REMOVE_GRACE_S) -> bool:
     longer knows it. Runs in `finally` too (after Ctrl-C), so it never raises: a second
     failure must not hide the first. Podman answers a removal racing its own cleanup of
     an exited container with 500 ("container state improper", "unlinkat ...: directory
-    not empty": github.com/containers/podman issues 6260, 7535), and once left a smoke
-    container behind in CI after three tries in 1.5 s."""
+    not empty": github.com/containers/podman issues 6260, 7535). CI once found a Podman
+    smoke container left after a pass, when this gave up in silence after 3 tries in 1.5 s."""
     deadline = time.monotonic() + grace_s
     while True:
         with contextlib.suppress(docker.errors.APIError, requests.exceptions.RequestException):
