@@ -34,6 +34,8 @@
 #   7b. tests/fixtures/projects/writes-cwd: a folder of scripts (no pyproject) whose smoke step
 #      writes its checkpoint and log into /app (owned by the runtime user)
 #   7c. a pure-Python sdist-only package built in a plain builder stage (no compiler)
+#   7d. tests/fixtures/projects/scm-version: a project whose version comes from git
+#      (setuptools-scm), tagged v1.2.3 -> the image's installed project reports 1.2.3
 #   8. images/torch-ext: a CUDA extension compiled for the lock's GPUs (about 7 min on 2 cores from a clean clone)
 # `bash tests/e2e.sh prepare` only starts the engine and makes the base image (.ci/run uses it
 # so the engine-marked tests of `make check` run too). E2E_SLURM=0, E2E_PODMAN=0, E2E_PROJECT=0
@@ -657,6 +659,29 @@ check_json "$WORK/writes-cwd.json" ok=True device=cpu smoke_command.ok=True smok
     "smoke_command.stdout_tail=['wrote /app/checkpoint.pt and /app/train.log*"
 run docker run --rm "$TAG_CWD" sh -c 'test "$(stat -c %u /app)" = "$(id -u)" && test -f /app/data/prepare.py' ||
     fail "$TAG_CWD: /app is not the runtime user's, or data/prepare.py was left out"
+[ "$(smoke_containers)" = 0 ] || fail "smoke container left behind after a pass"
+lap
+fi
+
+if [ "${E2E_PROJECT:-1}" = 1 ]; then
+say "7d. a project whose version comes from git (tests/fixtures/projects/scm-version, setuptools-scm)"
+# Made a git repository tagged v1.2.3 here; .git stays out of the build context, so the
+# version goes in as SETUPTOOLS_SCM_PRETEND_VERSION, read on this side by setuptools-scm.
+TAG_SCM=envbuild-e2e/scm-version:ok
+rm -rf "$WORK/scm-version" && cp -r tests/fixtures/projects/scm-version "$WORK/scm-version"
+git -C "$WORK/scm-version" init -q
+git -C "$WORK/scm-version" add -A
+git -C "$WORK/scm-version" -c user.name=e2e -c user.email=e2e@localhost commit -q -m fixture
+git -C "$WORK/scm-version" tag v1.2.3
+docker image rm --no-prune "$TAG_SCM" >/dev/null 2>&1 || true
+run env -u ENVBUILD_MATRIX_OVERLAY -u SETUPTOOLS_SCM_PRETEND_VERSION "$ENVBUILD" lock "$WORK/scm-version"
+run env -u ENVBUILD_MATRIX_OVERLAY -u SETUPTOOLS_SCM_PRETEND_VERSION "$ENVBUILD" image "$WORK/scm-version" \
+    --base-image "$BASE" --ca-cert "$CA_CERT" --find-links "$WHEELS" --resmoke --tag "$TAG_SCM" \
+    --json >"$WORK/scm-version.json"
+check_json "$WORK/scm-version.json" ok=True device=cpu smoke_command.ok=True \
+    "smoke_command.stdout_tail=['scmdemo 1.2.3']"
+run docker run --rm "$TAG_SCM" python -c 'import scmdemo; assert scmdemo.__version__ == "1.2.3", scmdemo.__version__' ||
+    fail "$TAG_SCM does not carry the version of the project's git tag (v1.2.3)"
 [ "$(smoke_containers)" = 0 ] || fail "smoke container left behind after a pass"
 lap
 fi

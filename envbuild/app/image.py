@@ -21,6 +21,7 @@ from typing import Any
 
 from envbuild import matrix as matrix_data
 from envbuild.app import evidence, inputs
+from envbuild.app.project_version import project_version
 from envbuild.build.pipeline import (
     ImageJob,
     ImageOutcome,
@@ -435,8 +436,17 @@ def prepare(
         progress(f"Python {lock.stack.python} from the mirror {args[MIRROR_ARG]} ({MIRROR_ARG})")
     matrix = matrix_data.load_matrix_from(matrix_overlay)
     sha = lock_sha256(lock_text)
+    version = project_version(lock, image_dir, os.environ if environ is None else environ)
+    if version is not None and progress is not None:
+        progress(f"the project's version: {version.value} ({version.source})")
     files = build_context(
-        lock, lock_text, image_dir=image_dir, options=options, matrix=matrix, wheels=False
+        lock,
+        lock_text,
+        image_dir=image_dir,
+        options=options,
+        matrix=matrix,
+        wheels=False,
+        project_version=version,
     )
     wheels = wheel_paths(options.find_links) if options.find_links is not None else {}
     context = BuildContext(files, wheels)

@@ -5,10 +5,12 @@ the command to run.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from envbuild import matrix as matrix_data
 from envbuild.app import inputs
+from envbuild.app.project_version import project_version
 from envbuild.core.errors import UserError
 from envbuild.core.fsio import is_own_folder, replace_folder, write_output
 from envbuild.render import dockerfile as rendering
@@ -33,8 +35,15 @@ def render(
         # A context holds the wheelhouse; a Dockerfile alone never needs one (nor this check).
         options, note = local_wheels.lock_wheelhouse(lock, options, image_dir=image_dir)
         notes += [note] if note else []
+    version = project_version(lock, image_dir, os.environ)
+    if version is not None:
+        notes.append(f"the project's version: {version.value} ({version.source})")
     dockerfile = rendering.render_dockerfile(
-        lock, options=options, template_dir=image_dir, lock_text=lock_text
+        lock,
+        options=options,
+        template_dir=image_dir,
+        lock_text=lock_text,
+        project_version=version,
     )
     # Walked apart from the context (which reads the files) so that a render to stdout
     # reports it too; it costs a stat per file.
@@ -48,6 +57,7 @@ def render(
             options=options,
             matrix=matrix_data.load_matrix_from(matrix_overlay),
             dest=context,
+            project_version=version,
         )
         notes += _written(write_context(context, context_files, image_dir=image_dir))
         files = len(context_files)

@@ -278,10 +278,16 @@ _CA_PATH_SECRET = f"/run/secrets/{CA_SECRET_ID}.crt"
 
 
 def template_values(
-    lock: Lock, *, options: RenderOptions, lock_text: str | None = None, default_name: str = ""
+    lock: Lock,
+    *,
+    options: RenderOptions,
+    lock_text: str | None = None,
+    default_name: str = "",
+    project_version: project.ProjectVersion | None = None,
 ) -> dict[str, Any]:
     """Every value the templates see, validated. Public so tests can check the allow-lists.
-    `default_name` names the image when the lock has no name (the image folder's name)."""
+    `default_name` names the image when the lock has no name (the image folder's name);
+    `project_version`: the project's version from git, for its install step."""
     check_options(options)
     _packages(lock)  # the whole lock is checked, not only what this template happens to use
     stack = _stack_values(lock, default_name)
@@ -339,7 +345,8 @@ def template_values(
         "source": options.source,
         "lock_sha256": lock_sha256(text),
         "envbuild_template": base["template"],
-        **project.template_values(lock.project),  # the code, its install, the CMD
+        # The code, its install (with its version from git), the CMD.
+        **project.template_values(lock.project, project_version),
         **builder_stage.template_values(lock, python),  # source packages: compile step
     }
 
@@ -585,10 +592,12 @@ def render_dockerfile(
     options: RenderOptions,
     template_dir: Path | None = None,
     lock_text: str | None = None,
+    project_version: project.ProjectVersion | None = None,
 ) -> str:
     """The Dockerfile of a lock. `template_dir` is the image folder: a `Dockerfile.j2` there
     extends a built-in template. `lock_text` is the lock as written (its sha256 becomes a
-    label); None = `lockfile.dumps(lock)`."""
+    label); None = `lockfile.dumps(lock)`. `project_version`: the project's version from git
+    (`envbuild.app.project_version`), when its build reads one."""
     import jinja2
 
     values = template_values(
@@ -596,6 +605,7 @@ def render_dockerfile(
         options=options,
         lock_text=lock_text,
         default_name=template_dir.name if template_dir is not None else "",
+        project_version=project_version,
     )
     user_template = _user_template(template_dir)
     env = _environment(user_template)
@@ -736,16 +746,21 @@ def build_context(
     matrix: Matrix,
     wheels: bool = True,
     dest: Path | None = None,
+    project_version: project.ProjectVersion | None = None,
 ) -> dict[str, bytes]:
     """Every file the build sends (relative path -> bytes, "Dockerfile" at the root), sorted.
     `wheels=False`: all but the wheelhouse's files (`wheel_paths` names them; `envbuild
     image` reads them only when the engine builds).
     `matrix` feeds the smoke plan (its GPU baselines). `dest`: where the context is written,
-    never part of the project's files."""
+    never part of the project's files. `project_version`: as `render_dockerfile` takes it."""
     _require_local_wheels(lock, options)
     files: dict[str, bytes] = {
         "Dockerfile": render_dockerfile(
-            lock, options=options, template_dir=image_dir, lock_text=lock_text
+            lock,
+            options=options,
+            template_dir=image_dir,
+            lock_text=lock_text,
+            project_version=project_version,
         ).encode("utf-8"),
         "requirements.lock": requirements_text(lock).encode("utf-8"),
         "constraints.txt": constraints_text(lock).encode("utf-8"),

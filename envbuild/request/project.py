@@ -15,8 +15,13 @@ import json
 import re
 import shlex
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
 
 from envbuild.core.errors import UserError
 from envbuild.core.models import DependencyFiles, ProjectSettings
@@ -35,6 +40,74 @@ UV_LOCK = "uv.lock"
 REQUIREMENTS_SUFFIXES = (".txt", ".in")
 # PEP 685 extra names / PEP 735 group names, as written (normalised when compared).
 _EXTRA_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$")
+
+
+# --- a version that comes from git ------------------------------------------------------------
+
+VERSION_ARG = "SETUPTOOLS_SCM_PRETEND_VERSION"
+"""The variable setuptools-scm takes a version from when there is no git to read it from
+(https://setuptools-scm.readthedocs.io/en/latest/overrides/); hatch-vcs builds through
+setuptools-scm (https://github.com/ofek/hatch-vcs), so it takes the same. The project's install
+step runs with it: the build context leaves `.git` out (sourcetree.SECRETS)."""
+VCS_BACKENDS = ("setuptools-scm", "hatch-vcs")
+"""Build requirements that read the version from git (PEP 503 names)."""
+_VERSION_CHARS = re.compile(r"[0-9A-Za-z.+!_-]+")
+
+
+@dataclass(frozen=True)
+class ProjectVersion:
+    """The project's version for its install step, worked out on the host from its git."""
+
+    value: str
+    """A PEP 440 version, checked (`checked_version`): it is written into the Dockerfile."""
+    source: str
+    """Who gave it, in words: "setuptools-scm 10.3.4" (run on the project's git), or the
+    variable set where envbuild ran."""
+    arg: str = VERSION_ARG
+
+
+def vcs_backend(pyproject: Mapping[str, Any]) -> str:
+    """The build requirement that reads the project's version from git ("setuptools-scm",
+    "hatch-vcs"), or "" when the version is written down ([project] version) or nothing in
+    [build-system] requires reads git. A requirement that does not parse is left to the
+    build, which reports it."""
+    if "version" in _table(pyproject, "project"):
+        return ""
+    requires = _table(pyproject, "build-system").get("requires")
+    names = set()
+    for text in requires if isinstance(requires, list) else ():
+        try:
+            names.add(canonicalize_name(Requirement(str(text)).name))
+        except InvalidRequirement:
+            continue
+    tool = _table(pyproject, "tool")
+    # hatch-vcs reads git only as [tool.hatch.version] source = "vcs" (its README, Usage).
+    hatch_version = _table(_table(tool, "hatch"), "version")
+    if "hatch-vcs" in names and hatch_version:
+        return "hatch-vcs" if hatch_version.get("source") == "vcs" else ""
+    # A version setuptools takes from a file or an attribute ([tool.setuptools.dynamic]) is
+    # not git's, even with setuptools-scm in the build requirements.
+    if "setuptools-scm" in names and "version" not in _table(_table(tool, "setuptools"), "dynamic"):
+        return "setuptools-scm"
+    return ""
+
+
+def checked_version(value: str, where: str) -> str:
+    """`value` when it is a PEP 440 version of the characters a Dockerfile line takes as they
+    are; UserError (exit 2) otherwise."""
+    try:
+        Version(value)
+        ok = bool(_VERSION_CHARS.fullmatch(value))
+    except InvalidVersion:
+        ok = False
+    if not ok:
+        raise UserError(
+            f"{where} gave {value!r}, which is not a PEP 440 version",
+            hint=f"set {VERSION_ARG} to the project's version (say 1.2.3), or tag the "
+            "project's git with one",
+            fields={"version": value},
+        )
+    return value
 
 
 def file_kind(path: str) -> str | None:
@@ -248,13 +321,17 @@ _SAFE_WHY = "quotes, backslashes, '$', backticks and control characters are refu
 _SAFE_COMMAND = re.compile("[^" + CONTROL_CHARS + "]*")
 
 
-def template_values(project: ProjectSettings | None) -> dict[str, Any]:
-    """The project's values for the Dockerfile templates, checked (UserError, exit 2)."""
+def template_values(
+    project: ProjectSettings | None, version: ProjectVersion | None = None
+) -> dict[str, Any]:
+    """The project's values for the Dockerfile templates, checked (UserError, exit 2).
+    `version`: the project's version from git, for its install step (None: none needed)."""
     if project is None:
         return {
             "project": False,
             "project_dir": PROJECT_DIR,
             "project_install": False,
+            "project_version": None,
             "command": '["python"]',
         }
     for what, values, pattern, refused in (
@@ -280,6 +357,15 @@ def template_values(project: ProjectSettings | None) -> dict[str, Any]:
         "project": True,
         "project_dir": PROJECT_DIR,
         "project_install": project.install,
+        "project_version": (
+            {
+                "arg": version.arg,
+                "value": checked_version(version.value, version.source),
+                "source": version.source,
+            }
+            if version is not None and project.install
+            else None
+        ),
         # Exec form (a JSON array): no shell between Docker and the command.
         "command": json.dumps(command, ensure_ascii=False),
     }
