@@ -412,6 +412,8 @@ def _requirements_file(reader: Reader, path: Path, *, constraint: bool, depth: i
         if ownproject.own_path_line(reader, path, line, origin):
             continue
         if line.startswith("-"):
+            if _framework_index_line(reader, line, origin):
+                continue
             _refuse_option(line, origin)
         line = _HASH_OPTION.sub("", " " + line).strip()  # the lock takes its own hashes
         req = _requirement(line, origin, quote=False)
@@ -421,10 +423,50 @@ def _requirements_file(reader: Reader, path: Path, *, constraint: bool, depth: i
         (reader.constraints if constraint else reader.requirements).append(Line(line, origin, rel))
 
 
+FRAMEWORK_INDEXES = (
+    "https://download.pytorch.org/whl",
+    "https://storage.googleapis.com/jax-releases/",
+)
+"""Where a framework's own builds are (the PyTorch index and its old torch_stable.html page,
+https://pytorch.org/get-started/previous-versions/; JAX's CUDA wheel pages of its releases
+before PyPI carried them, https://docs.jax.dev/en/latest/installation.html). envbuild takes the
+framework from the index of the build the stack picks (matrix/torch.toml `index_url`), so a
+requirements file's line naming one of them is dropped with a note, not refused."""
+_INDEX_TARGET = {"-i": "index_url", "--index-url": "index_url", "-f": "find_links"}
+
+
+def _option_value(line: str) -> tuple[str, str]:
+    """("--extra-index-url", "https://...") of "--extra-index-url URL" or "...=URL"."""
+    head, _, rest = line.partition(" ")
+    option, eq, value = head.partition("=")
+    return option, (value if eq else rest.strip())
+
+
+def _framework_index_line(reader: Reader, line: str, origin: str) -> bool:
+    """Drop an index line of a framework's own index (FRAMEWORK_INDEXES), with a note; False
+    for any other line."""
+    option, url = _option_value(line)
+    if option not in _INDEX_OPTIONS or not url.startswith(FRAMEWORK_INDEXES):
+        return False
+    reader.notes.append(
+        f"{origin}: {option} {url} is dropped: envbuild installs the framework from the "
+        "index of the build the stack picks for the targets and driver ([framework] cuda "
+        "narrows its CUDA)"
+    )
+    return True
+
+
 def _refuse_option(line: str, origin: str) -> None:
-    option = line.split()[0].split("=")[0]
+    option, value = _option_value(line)
     if option in ("-e", "--editable"):
         hint = "the project's own code goes in through [project] path; drop the -e line"
+    elif option in _INDEX_OPTIONS and value and " " not in value:
+        key = _INDEX_TARGET.get(option.replace("--find-links", "-f"), "extra_index_urls")
+        written = f'"{value}"' if key == "index_url" else f'["{value}"]'
+        hint = (
+            f"move it to envbuild.toml as [indexes] {key} = {written} and drop the line (so "
+            "every lock uses the same sources)"
+        )
     elif option in _INDEX_OPTIONS:
         hint = "put indexes in [indexes] of envbuild.toml (so every lock uses the same sources)"
     else:

@@ -191,6 +191,39 @@ def test_requirements_files_follow_includes_and_constraints(
 
 
 @pytest.mark.parametrize(
+    "line",
+    [
+        # As the PyTorch install selector writes it (https://pytorch.org/get-started/locally/).
+        "--extra-index-url https://download.pytorch.org/whl/cu121",
+        "--index-url=https://download.pytorch.org/whl/cpu",
+        # Older READMEs (https://pytorch.org/get-started/previous-versions/).
+        "-f https://download.pytorch.org/whl/torch_stable.html",
+        # JAX before its CUDA wheels were on PyPI (its installation guide of those releases).
+        "-f https://storage.googleapis.com/jax-releases/jax_cuda_releases.html",
+    ],
+)
+def test_a_frameworks_own_index_line_is_dropped_with_a_note(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, line: str
+) -> None:
+    image, uv = setup(monkeypatch, tmp_path, "")
+    (image / "envbuild.toml").write_text(
+        DEMO_REQUEST.replace(
+            '[packages]\nrequirements = ["numpy<3"]\n',
+            '[packages]\nfiles = ["requirements.txt"]\n',
+        )
+    )
+    (image / "requirements.txt").write_text(f"{line}\neinops\n")
+    outcome = lock_use_case.lock_image(image)
+    assert "einops" in requirement_lines(uv)
+    assert not any(line.split()[0].split("=")[0] in r for r in requirement_lines(uv))
+    url = line.replace("=", " ").split()[-1]
+    assert any(
+        "requirements.txt line 1: " in n and url in n and "dropped" in n for n in outcome.warnings
+    )
+    assert (image / "envbuild.lock").exists()
+
+
+@pytest.mark.parametrize(
     ("line", "message", "hint"),
     [
         (
@@ -202,6 +235,24 @@ def test_requirements_files_follow_includes_and_constraints(
             "--extra-index-url https://example.com/simple",
             "requirements.txt line 1: the option --extra-index-url is not supported in "
             "[packages] files",
+            'move it to envbuild.toml as [indexes] extra_index_urls = ["https://example.com/simple"] '
+            "and drop the line (so every lock uses the same sources)",
+        ),
+        (
+            "-i=https://mirror.example/simple",
+            "requirements.txt line 1: the option -i is not supported in [packages] files",
+            'move it to envbuild.toml as [indexes] index_url = "https://mirror.example/simple" '
+            "and drop the line (so every lock uses the same sources)",
+        ),
+        (
+            "--find-links https://wheels.example/links.html",
+            "requirements.txt line 1: the option --find-links is not supported in [packages] files",
+            'move it to envbuild.toml as [indexes] find_links = ["https://wheels.example/links.html"] '
+            "and drop the line (so every lock uses the same sources)",
+        ),
+        (
+            "--no-index",
+            "requirements.txt line 1: the option --no-index is not supported in [packages] files",
             "put indexes in [indexes] of envbuild.toml (so every lock uses the same sources)",
         ),
         (
