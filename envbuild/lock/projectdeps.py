@@ -35,7 +35,7 @@ from packaging.utils import canonicalize_name
 from envbuild.core.errors import PinError, RequestError, UnsatisfiableError
 from envbuild.core.fsio import read_input
 from envbuild.core.models import ProjectSettings, Request, free_threaded_minor
-from envbuild.lock import ownproject, uvenv
+from envbuild.lock import dynamicdeps, ownproject, uvenv
 from envbuild.lock import pins as pydeps
 from envbuild.lock.companions import INDEX_COMPANIONS
 from envbuild.lock.projectread import Line, Reader
@@ -176,7 +176,8 @@ def _toml(path: Path, what: str) -> dict[str, Any]:
 
 def pyproject_digest(data: Mapping[str, Any]) -> str:
     """sha256 over the tables that decide a lock: dependencies, extras, groups, build-system,
-    requires-python and the project's name (for extras that name the project itself)."""
+    requires-python, the project's name (for extras that name the project itself) and the
+    files its backend reads dynamic dependencies from (`dynamicdeps`)."""
     project = data.get("project", {}) if isinstance(data.get("project"), dict) else {}
     relevant = {
         "name": project.get("name"),
@@ -187,6 +188,11 @@ def pyproject_digest(data: Mapping[str, Any]) -> str:
         "dependency-groups": data.get("dependency-groups"),
         "build-system": data.get("build-system"),
     }
+    files = dynamicdeps.dynamic_files(data)
+    if files is not None:
+        # Only where a backend reads them: the digests of every other pyproject.toml (and so
+        # the locks made from them) stay as they were.
+        relevant["dynamic-files"] = files
     text = json.dumps(relevant, sort_keys=True, separators=(",", ":"), default=str)
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
@@ -213,24 +219,60 @@ def _pyproject(reader: Reader, path: Path, extras: Sequence[str], groups: Sequen
             "requirements file",
             fields={"path": rel},
         )
-    if "dependencies" in (table.get("dynamic") or []):
-        raise RequestError(
-            f"{rel}: [project] dependencies are dynamic (computed by the build backend)",
-            hint="envbuild reads dependencies without running the project's code: list them in "
-            "[project] dependencies, or name an exported requirements.txt or a uv.lock",
-            fields={"path": rel},
-        )
+    table, from_files = _dynamic(reader, path, data, table, rel)
     if table.get("requires-python"):
         reader.requires_python.append(Line(str(table["requires-python"]), rel))
     project = _Project(rel, canonicalize_name(str(table.get("name", ""))), table)
     where = f"{rel} [project] dependencies"
     for text in _strings(table.get("dependencies", []), where):
         _add_line(reader, project, text, where, set())
+    for line in from_files:
+        _add_line(reader, project, line.text, line.origin, set())
     for extra in extras:
         _add_extra(reader, project, extra, set())
     for group in groups:
         for text, origin in _group(data, group, rel, (), reader.where):
             _add_line(reader, project, text, origin, set())
+
+
+def _dynamic(
+    reader: Reader, path: Path, data: Mapping[str, Any], table: Mapping[str, Any], rel: str
+) -> tuple[Mapping[str, Any], list[Line]]:
+    """The [project] table with dynamic optional-dependencies read from their files, and the
+    lines of dynamic dependencies read from theirs (`dynamicdeps`); RequestError for dynamic
+    dependencies a build backend computes."""
+    dynamic = table.get("dynamic") or []
+    if "dependencies" not in dynamic and "optional-dependencies" not in dynamic:
+        return table, []
+    found = dynamicdeps.dynamic_files(data)
+    deps = found[1] if found is not None else None
+    if "dependencies" in dynamic and deps is None:
+        raise RequestError(
+            f"{rel}: [project] dependencies are dynamic (computed by the build backend)",
+            hint="envbuild reads dependencies without running the project's code: list them in "
+            "[project] dependencies, read them from a file ([tool.setuptools.dynamic] "
+            'dependencies = {file = ["requirements.txt"]}), or name an exported '
+            "requirements.txt or a uv.lock",
+            fields={"path": rel},
+        )
+    if found is None:
+        return table, []
+    backend, _, extras = found
+    lines: list[Line] = []
+    if "dependencies" in dynamic:
+        lines = dynamicdeps.read_files(reader, path, deps, f"{rel} ({backend}) dependencies")
+    if "optional-dependencies" in dynamic and isinstance(extras, Mapping):
+        read = {
+            str(name): [
+                line.text
+                for line in dynamicdeps.read_files(
+                    reader, path, files, f"{rel} ({backend}) optional-dependencies.{name}"
+                )
+            ]
+            for name, files in extras.items()
+        }
+        table = {**table, "optional-dependencies": read}
+    return table, lines
 
 
 def _strings(value: Any, where: str) -> list[str]:

@@ -92,6 +92,41 @@ def vcs_backend(pyproject: Mapping[str, Any]) -> str:
     return ""
 
 
+def dynamic_files(data: Mapping[str, Any]) -> tuple[str, Any, Any] | None:
+    """(backend, the dependencies' files, the extras' {name: files}) of a pyproject.toml whose
+    dynamic dependencies its backend reads from files (envbuild/lock/dynamicdeps.py reads
+    them); None for any other backend."""
+    build = data.get("build-system")
+    backend = str(build.get("build-backend", "")) if isinstance(build, Mapping) else ""
+    tool = _table(data, "tool")
+    if backend.startswith("hatchling"):
+        hooks = _table(_table(_table(tool, "hatch"), "metadata"), "hooks")
+        if "requirements_txt" not in hooks:
+            return None
+        hook = _table(hooks, "requirements_txt")
+        files = hook.get("files", ["requirements.txt"])
+        return "hatch-requirements-txt", files, dict(_table(hook, "optional-dependencies"))
+    if backend in ("", "setuptools.build_meta", "setuptools.build_meta:__legacy__"):
+        dynamic = _table(_table(tool, "setuptools"), "dynamic")
+        deps = dynamic.get("dependencies")
+        extras = {k: _file_list(v) for k, v in _table(dynamic, "optional-dependencies").items()}
+        if deps is None and not extras:
+            return None
+        return "setuptools", _file_list(deps) if deps is not None else None, extras
+    return None
+
+
+def _table(data: Any, key: str) -> Mapping[str, Any]:
+    value = data.get(key) if isinstance(data, Mapping) else None
+    return value if isinstance(value, Mapping) else {}
+
+
+def _file_list(value: Any) -> Any:
+    """`{file = "a"}` / `{file = ["a", "b"]}` -> the names (anything else as it is, refused
+    where it is read)."""
+    return value.get("file") if isinstance(value, Mapping) else value
+
+
 def checked_version(value: str, where: str) -> str:
     """`value` when it is a PEP 440 version of the characters a Dockerfile line takes as they
     are; UserError (exit 2) otherwise."""
