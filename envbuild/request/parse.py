@@ -646,13 +646,14 @@ def load_request(image_dir: Path) -> Request:
             fields={"file": str(path)},
         )
     from envbuild.core.fsio import read_input
+    from envbuild.request import starter
 
     try:
         data = read_input(path, what="the request")
     except FileNotFoundError:
         raise RequestError(
             f"{path}: no request file",
-            hint=f"create {path} with {starter_request(image_dir)} (see docs/request.md)",
+            hint=f"create {path} with {starter.starter_request(image_dir)} (see docs/request.md)",
             fields={"file": str(path)},
         ) from None
     return parse_request(
@@ -661,34 +662,6 @@ def load_request(image_dir: Path) -> Request:
         default_name=_default_name(image_dir),
         installable=lambda rel: _installable(image_dir / rel),
     )
-
-
-DEPENDENCY_FILES = ("uv.lock", "pyproject.toml", "requirements.txt", "setup.py")
-"""What `[packages] files` reads, in the order a starter request prefers them: a uv.lock keeps
-its exact pins, a pyproject.toml is the project's own, the others are read as they are."""
-_FRAMEWORK_NAME_RE = re.compile(r"""(?im)(?:^|["'\s,\[])(torch|jax|tensorflow)(?![\w.-])""")
-
-
-def starter_request(folder: Path) -> str:
-    """The smallest request for what `folder` holds, for the hint of a missing envbuild.toml:
-    its first dependency file (DEPENDENCY_FILES) and the framework that file names (torch when
-    none is named), and the folder as the project when it has any Python file."""
-    found = next((n for n in DEPENDENCY_FILES if (folder / n).is_file()), None)
-    framework = "torch"
-    if found is not None:
-        try:
-            with (folder / found).open(encoding="utf-8", errors="replace") as f:
-                text = f.read(1_000_000)  # a hint reads no more of a huge file
-        except OSError:
-            text = ""
-        match = _FRAMEWORK_NAME_RE.search(text)
-        framework = match.group(1).lower() if match else framework
-    parts = [f'[framework] requirement = "{framework}"']
-    if found is not None:
-        parts.append(f'[packages] files = ["{found}"]')
-    if found is not None or any(folder.glob("*.py")):
-        parts.append('[project] path = "."')
-    return ", ".join(parts[:-1]) + (" and " if len(parts) > 1 else "") + parts[-1]
 
 
 def _installable(folder: Path) -> bool:

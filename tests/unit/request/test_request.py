@@ -319,11 +319,53 @@ def test_missing_folder_and_file(tmp_path: Path) -> None:
             '[project] path = "."',
         ),
         (
-            {"setup.py": "setup(install_requires=['tensorflow==2.20.*'])", "uv.lock": "x"},
+            {
+                "setup.py": "setup(install_requires=['tensorflow==2.20.*'])",
+                "pyproject.toml": '[project]\nname = "x"\ndependencies = ["torch"]\n',
+                "uv.lock": "x",
+            },
             '[framework] requirement = "torch", [packages] files = ["uv.lock"] and '
             '[project] path = "."',
         ),
         ({"requirements.txt": "pytorch-lightning\ntorchvision\n"}, 'requirement = "torch"'),
+        # A pyproject.toml of tool settings only (ruff, black) has no dependencies to read.
+        (
+            {"pyproject.toml": "[tool.ruff]\nline-length = 100\n", "requirements.txt": "jax\n"},
+            '[framework] requirement = "jax", [packages] files = ["requirements.txt"]',
+        ),
+        # Nor a uv.lock without a project beside it; a setup.py is next.
+        ({"uv.lock": "x", "setup.py": "setup()"}, '[packages] files = ["setup.py"]'),
+        # Dynamic dependencies: read where the backend reads them from a file, else not.
+        (
+            {
+                "pyproject.toml": '[project]\nname = "x"\ndynamic = ["dependencies"]\n'
+                "[tool.setuptools.dynamic]\n"
+                'dependencies = {file = ["requirements.txt"]}\n',
+                "requirements.txt": "torch\n",
+            },
+            '[packages] files = ["pyproject.toml"]',
+        ),
+        (
+            {
+                "pyproject.toml": '[project]\nname = "x"\ndynamic = ["dependencies"]\n',
+                "requirements-gpu.txt": "tensorflow[and-cuda]\n",
+            },
+            '[framework] requirement = "tensorflow", [packages] files = ["requirements-gpu.txt"]',
+        ),
+        # Requirements by another name: runtime ones, the preferred stem first.
+        (
+            {"requirements/dev.txt": "torch\n", "requirements/base.txt": "torch\n"},
+            '[packages] files = ["requirements/base.txt"]',
+        ),
+        (
+            {"requirements-dev.txt": "pytest\n", "requirements-scipy.txt": "scipy\n"},
+            '[packages] files = ["requirements-scipy.txt"]',
+        ),
+        # conda's environment.yml: not read, and said so.
+        (
+            {"environment.yml": "dependencies:\n  - pytorch\n", "train.py": ""},
+            "environment.yml is conda's and is not read",
+        ),
     ],
 )
 def test_a_missing_request_names_the_smallest_one_for_the_folder(
@@ -333,6 +375,7 @@ def test_a_missing_request_names_the_smallest_one_for_the_folder(
     locked with theirs on 2026-12-03): the folder's first dependency file, the framework it
     names, the folder as the project."""
     for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
     with pytest.raises(RequestError) as err:
         load_request(tmp_path)

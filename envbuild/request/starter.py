@@ -1,0 +1,107 @@
+"""The request a folder without an `envbuild.toml` is told to start from (`load_request`'s
+hint): its dependency file that `[packages] files` can read, the framework that file names,
+the folder as the project. Reads a few small files, never runs anything, and opens only regular
+files (a FIFO named requirements.txt is never opened). Every request it names locks as written:
+pytorch/examples mnist/, karpathy/minGPT, a tool-only pyproject.toml beside a requirements.txt
+and requirements/base.txt were locked with theirs (docs/request.md, README "In a folder
+without an envbuild.toml").
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from envbuild.core.documents import toml_loads
+from envbuild.request.project import dynamic_files
+
+_FRAMEWORK_NAME_RE = re.compile(r"""(?im)(?:^|["'\s,\[])(torch|jax|tensorflow)(?![\w.-])""")
+# Requirements files by another name (requirements-gpu.txt, requirements/base.txt), but not the
+# ones for development, tests, docs or linting.
+_NOT_RUNTIME_RE = re.compile(
+    r"(?i)(?:^|[-_/.])(?:dev|develop|tests?|testing|docs?|lint|ci|style|types?|bench)(?:[-_/.]|$)"
+)
+_PREFERRED_STEMS = ("requirements", "base", "main", "train", "prod", "runtime", "common")
+_HINT_READ = 1_000_000  # a hint reads no more of a huge file
+
+
+def _small_text(path: Path) -> str | None:
+    """A regular file's text for a hint (None for anything else: a FIFO is never opened)."""
+    try:
+        if not path.is_file():
+            return None
+        with path.open(encoding="utf-8", errors="replace") as f:
+            return f.read(_HINT_READ)
+    except OSError:
+        return None
+
+
+def _pyproject_deps(folder: Path) -> bool:
+    """Does the folder's pyproject.toml say dependencies `[packages] files` can read: a
+    [project] table whose dependencies are written down, or read from files by the backend
+    (`project.dynamic_files`)? A pyproject.toml of tool settings only does not."""
+    text = _small_text(folder / "pyproject.toml")
+    try:
+        data = toml_loads(text) if text is not None else {}
+    except ValueError:
+        return False
+    table = data.get("project")
+    if not isinstance(table, dict):
+        return False
+    return "dependencies" not in (table.get("dynamic") or []) or bool(
+        (found := dynamic_files(data)) and found[1] is not None
+    )
+
+
+def _requirements_file(folder: Path) -> str | None:
+    """requirements.txt, else a runtime requirements file by another name at the top or in
+    requirements/ (requirements/base.txt), preferred stems first."""
+    found = [
+        p.relative_to(folder).as_posix()
+        for pattern in ("requirements*.txt", "requirements/*.txt")
+        for p in sorted(folder.glob(pattern))
+        if p.is_file() and not _NOT_RUNTIME_RE.search(p.relative_to(folder).as_posix()[12:])
+    ]
+    stems = {n: n.rsplit("/", 1)[-1].removesuffix(".txt") for n in found}
+    return next(
+        (n for stem in _PREFERRED_STEMS for n in found if stems[n] == stem),
+        found[0] if found else None,
+    )
+
+
+def starter_file(folder: Path) -> str | None:
+    """The dependency file a starter request names: a uv.lock or a pyproject.toml only with a
+    [project] whose dependencies can be read (`_pyproject_deps`), then a requirements file,
+    then a setup.py; None when the folder has none."""
+    project = _pyproject_deps(folder)
+    if project and (folder / "uv.lock").is_file():
+        return "uv.lock"
+    if project:
+        return "pyproject.toml"
+    return _requirements_file(folder) or ("setup.py" if (folder / "setup.py").is_file() else None)
+
+
+def starter_request(folder: Path) -> str:
+    """The smallest request for what `folder` holds, for the hint of a missing envbuild.toml:
+    its dependency file (`starter_file`) and the framework that file names (torch when none is
+    named), and the folder as the project when it has any Python file. Every request it names
+    locks as written; a conda environment.yml is not read, and the hint says so."""
+    found = starter_file(folder)
+    framework = "torch"
+    if found is not None:
+        match = _FRAMEWORK_NAME_RE.search(_small_text(folder / found) or "")
+        framework = match.group(1).lower() if match else framework
+    parts = [f'[framework] requirement = "{framework}"']
+    if found is not None:
+        parts.append(f'[packages] files = ["{found}"]')
+    if found is not None or any(folder.glob("*.py")):
+        parts.append('[project] path = "."')
+    said = ", ".join(parts[:-1]) + (" and " if len(parts) > 1 else "") + parts[-1]
+    if found is None and any(
+        (folder / n).is_file() for n in ("environment.yml", "environment.yaml")
+    ):
+        said += (
+            " (environment.yml is conda's and is not read: list its pip packages in a "
+            "requirements.txt and name it in [packages] files)"
+        )
+    return said
