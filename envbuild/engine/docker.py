@@ -12,7 +12,6 @@ import contextlib
 import functools
 import io
 import re
-import tarfile
 import time
 import uuid
 from collections import deque
@@ -33,6 +32,7 @@ from envbuild.core.errors import (
     GpuUnavailableError,
     UserError,
 )
+from envbuild.core.tarball import context_tar as context_tar
 from envbuild.engine import podman
 from envbuild.engine.address import docker_address
 from envbuild.engine.facts import parse_docker_info
@@ -104,22 +104,6 @@ DAEMON_HINT = (
 
 def docker_host() -> str:
     return docker_address()
-
-
-def context_tar(context: Mapping[str, bytes]) -> bytes:
-    """A deterministic tar of the build context: sorted, mtime 0, root-owned, 0644."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for name in sorted(context):
-            data = context[name]
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            info.mode = 0o644
-            info.mtime = 0
-            info.uid = info.gid = 0
-            info.uname = info.gname = "root"
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
 
 
 class BuildStream:

@@ -11,11 +11,8 @@ COPYs; `context_tar` packs them reproducibly (sorted, mtime 0, root-owned).
 from __future__ import annotations
 
 import functools
-import io
 import json
 import re
-import tarfile
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,6 +26,7 @@ from envbuild.core.models import (
     PYTHON_SPEC_RE,
     PYTHON_VERSION_RE,
 )
+from envbuild.core.tarball import context_tar as context_tar
 from envbuild.core.values import FIX_LOCK as _FIX_LOCK
 from envbuild.core.values import check_digest as check_digest
 from envbuild.core.values import check_hash as check_hash
@@ -792,19 +790,3 @@ def _require_local_wheels(lock: Lock, options: RenderOptions) -> None:
             "--context` and `image` take that folder themselves when it is here",
             fields={"local_sources": local},
         )
-
-
-def context_tar(files: Mapping[str, bytes]) -> bytes:
-    """A reproducible tar of a build context: sorted, mtime 0, uid/gid 0, mode 0644."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for rel in sorted(files):
-            data = files[rel]
-            info = tarfile.TarInfo(rel)
-            info.size = len(data)
-            info.mtime = 0
-            info.mode = 0o644
-            info.uid = info.gid = 0
-            info.uname = info.gname = ""
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
