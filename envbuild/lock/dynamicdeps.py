@@ -21,7 +21,7 @@ from typing import Any
 
 from envbuild.core.errors import RequestError
 from envbuild.core.fsio import read_input
-from envbuild.lock.projectread import Line, Reader
+from envbuild.lock.projectread import COMMENT, Line, Reader
 from envbuild.lock.projectread import requirement as _requirement
 from envbuild.request.project import dynamic_files as dynamic_files
 from envbuild.request.sourcetree import file_sha256, inside_repo
@@ -42,6 +42,15 @@ def read_files(reader: Reader, pyproject: Path, files: Any, where: str) -> list[
     for name in names:
         path = inside_repo(pyproject.parent, name, what=f"{where}: {name}")
         rel = reader.name(path)
+        if not path.resolve().is_relative_to(pyproject.parent.resolve()):
+            # setuptools refuses it too ("Cannot access ... outside ..."), and the image holds
+            # only the project's folder.
+            raise RequestError(
+                f"{where}: {name} is outside the project's folder {pyproject.parent}",
+                hint="keep the file inside the folder of the pyproject.toml (the build reads "
+                "it from there)",
+                fields={"where": where},
+            )
         if not path.is_file():
             raise RequestError(
                 f"{where}: {name}: no such file",
@@ -62,7 +71,7 @@ def read_files(reader: Reader, pyproject: Path, files: Any, where: str) -> list[
 def _requirement_lines(text: str, rel: str, where: str) -> list[Line]:
     out = []
     for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.split(" #", 1)[0].strip() if not raw.lstrip().startswith("#") else ""
+        line = COMMENT.sub("", raw).strip()
         if not line:
             continue
         origin = f"{rel} line {number}"

@@ -35,10 +35,11 @@ from packaging.utils import canonicalize_name
 from envbuild.core.errors import PinError, RequestError, UnsatisfiableError
 from envbuild.core.fsio import read_input
 from envbuild.core.models import ProjectSettings, Request, free_threaded_minor
+from envbuild.core.values import URL_RE
 from envbuild.lock import dynamicdeps, ownproject, uvenv
 from envbuild.lock import pins as pydeps
 from envbuild.lock.companions import INDEX_COMPANIONS
-from envbuild.lock.projectread import Line, Reader
+from envbuild.lock.projectread import COMMENT, Line, Reader
 from envbuild.lock.projectread import requirement as _requirement
 from envbuild.request.project import PYPROJECT, file_kind
 from envbuild.request.sourcetree import file_sha256, inside_repo
@@ -66,7 +67,6 @@ _INDEX_OPTIONS = (
     "--prefer-binary",
 )
 _HASH_OPTION = re.compile(r"\s--hash[=\s]\S+")
-_COMMENT = re.compile(r"(^|\s+)#.*$")
 SETUPTOOLS_FALLBACK = ("setuptools>=40.8.0", "wheel")
 """The build requirements of a project without [build-system] (PEP 518, "Build-system table"),
 as pip falls back to them; `wheel` too, for a setuptools older than 70.1 (no bdist_wheel of
@@ -189,8 +189,9 @@ def pyproject_digest(data: Mapping[str, Any]) -> str:
         "build-system": data.get("build-system"),
     }
     files = dynamicdeps.dynamic_files(data)
-    if files is not None:
-        # Only where a backend reads them: the digests of every other pyproject.toml (and so
+    dynamic = project.get("dynamic") or []
+    if files is not None and ("dependencies" in dynamic or "optional-dependencies" in dynamic):
+        # Only where the lock reads them: the digests of every other pyproject.toml (and so
         # the locks made from them) stay as they were.
         relevant["dynamic-files"] = files
     text = json.dumps(relevant, sort_keys=True, separators=(",", ":"), default=str)
@@ -405,7 +406,7 @@ def _logical_lines(text: str) -> list[tuple[int, str]]:
         if raw.endswith("\\"):
             pending += raw[:-1] + " "
             continue
-        line = _COMMENT.sub("", pending + raw).strip()
+        line = COMMENT.sub("", pending + raw).strip()
         pending = ""
         if line:
             out.append((start, line))

@@ -19,6 +19,9 @@ from envbuild.lock import pins as pydeps
 from envbuild.request.fields import MAX_REQUIREMENT
 from envbuild.request.sourcetree import request_file
 
+COMMENT = re.compile(r"(^|\s+)#.*$")
+"""A comment of a requirements line (pip: "# ... preceded by whitespace", or the whole line)."""
+
 
 @dataclass(frozen=True)
 class Line:

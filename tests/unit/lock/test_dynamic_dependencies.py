@@ -58,7 +58,7 @@ def test_setuptools_reads_them_from_files_and_so_does_the_lock(
     (image / "envbuild.toml").write_text(_request('extras = ["viz"]\n'))
     (image / "pyproject.toml").write_text(SETUPTOOLS)
     (image / "requirements").mkdir()
-    (image / "requirements.txt").write_text("# the core\ntorch>=2.6\neinops>=0.8  # tensors\n")
+    (image / "requirements.txt").write_text("# the core\ntorch>=2.6\neinops>=0.8\t# tensors\n")
     (image / "requirements" / "extra.txt").write_text("safetensors\n")
     (image / "requirements-viz.txt").write_text("tqdm>=4.66\n")
     outcome = lock_use_case.lock_image(image)
@@ -129,6 +129,13 @@ def test_hatch_requirements_txt_reads_requirements_txt_by_default(
             {},
             "outside the repository",
         ),
+        # Inside the repository but above the project: setuptools refuses it, and the image
+        # holds only the project's folder.
+        (
+            SETUPTOOLS.replace('"requirements.txt", ', '"../requirements.txt", '),
+            {"../requirements.txt": "einops\n"},
+            "is outside the project's folder",
+        ),
         # Computed by the backend (an attr, a plugin envbuild does not know): refused as before.
         (
             HATCH.replace("[tool.hatch.metadata.hooks.requirements_txt]\n", ""),
@@ -157,3 +164,17 @@ def test_what_the_backend_would_not_read_is_refused(
     assert said in info.value.message
     assert info.value.exit_code == 2
     assert not (image / "envbuild.lock").exists()
+
+
+def test_tables_the_lock_does_not_read_leave_the_digest_as_it_was() -> None:
+    """A pyproject.toml whose [tool.setuptools.dynamic] is not listed in [project] dynamic
+    (setuptools ignores it then) keeps the digest its locks were made with."""
+    from envbuild.core.documents import toml_loads
+    from envbuild.lock.projectdeps import pyproject_digest
+
+    plain = '[project]\nname = "x"\nversion = "1"\ndependencies = ["einops"]\n'
+    unread = plain + '[tool.setuptools.dynamic]\ndependencies = {file = ["r.txt"]}\n'
+    assert pyproject_digest(toml_loads(unread)) == pyproject_digest(toml_loads(plain))
+    read = unread.replace('dependencies = ["einops"]', 'dynamic = ["dependencies"]')
+    other = read.replace("r.txt", "s.txt")
+    assert pyproject_digest(toml_loads(read)) != pyproject_digest(toml_loads(other))
