@@ -478,11 +478,16 @@ requirements file's line naming one of them is dropped with a note, not refused.
 _INDEX_TARGET = {"-i": "index_url", "--index-url": "index_url", "-f": "find_links"}
 
 
+_OPTION_RE = re.compile(r"(-[^\s=]*)(?:=|\s+|$)(.*)")
+
+
 def _option_value(line: str) -> tuple[str, str]:
-    """("--extra-index-url", "https://...") of "--extra-index-url URL" or "...=URL"."""
-    head, _, rest = line.partition(" ")
-    option, eq, value = head.partition("=")
-    return option, (value if eq else rest.strip())
+    """("--extra-index-url", "https://...") of "--extra-index-url URL" or "...=URL" (any
+    whitespace between, as pip takes it)."""
+    match = _OPTION_RE.match(line)
+    if match is None:
+        return line.split()[0], ""
+    return match.group(1), match.group(2).strip()
 
 
 def _framework_index_line(reader: Reader, line: str, origin: str) -> bool:
@@ -503,7 +508,9 @@ def _refuse_option(line: str, origin: str) -> None:
     option, value = _option_value(line)
     if option in ("-e", "--editable"):
         hint = "the project's own code goes in through [project] path; drop the -e line"
-    elif option in _INDEX_OPTIONS and value and " " not in value:
+    elif option in _INDEX_OPTIONS and URL_RE.fullmatch(value) and not value.endswith("/"):
+        # Only a URL [indexes] takes as it is (core.values.check_url): anything else would be
+        # a line that fails when followed.
         key = _INDEX_TARGET.get(option.replace("--find-links", "-f"), "extra_index_urls")
         written = f'"{value}"' if key == "index_url" else f'["{value}"]'
         hint = (

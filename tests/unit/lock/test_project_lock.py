@@ -196,6 +196,7 @@ def test_requirements_files_follow_includes_and_constraints(
         # As the PyTorch install selector writes it (https://pytorch.org/get-started/locally/).
         "--extra-index-url https://download.pytorch.org/whl/cu121",
         "--index-url=https://download.pytorch.org/whl/cpu",
+        "--extra-index-url\thttps://download.pytorch.org/whl/cu128",
         # Older READMEs (https://pytorch.org/get-started/previous-versions/).
         "-f https://download.pytorch.org/whl/torch_stable.html",
         # JAX before its CUDA wheels were on PyPI (its installation guide of those releases).
@@ -249,6 +250,13 @@ def test_a_frameworks_own_index_line_is_dropped_with_a_note(
             "requirements.txt line 1: the option --find-links is not supported in [packages] files",
             'move it to envbuild.toml as [indexes] find_links = ["https://wheels.example/links.html"] '
             "and drop the line (so every lock uses the same sources)",
+        ),
+        # Not a URL [indexes] takes as written: no line to copy is offered.
+        (
+            "--extra-index-url ${PRIVATE_INDEX}",
+            "requirements.txt line 1: the option --extra-index-url is not supported in "
+            "[packages] files",
+            "put indexes in [indexes] of envbuild.toml (so every lock uses the same sources)",
         ),
         (
             "--no-index",
