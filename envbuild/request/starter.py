@@ -13,6 +13,8 @@ import re
 from pathlib import Path
 
 from envbuild.core.documents import toml_loads
+from envbuild.core.errors import EnvbuildError
+from envbuild.core.fsio import read_input
 from envbuild.request.project import dynamic_files
 
 _FRAMEWORK_NAME_RE = re.compile(r"""(?im)(?:^|["'\s,\[])(torch|jax|tensorflow)(?![\w.-])""")
@@ -26,31 +28,37 @@ _HINT_READ = 1_000_000  # a hint reads no more of a huge file
 
 
 def _small_text(path: Path) -> str | None:
-    """A regular file's text for a hint (None for anything else: a FIFO is never opened)."""
+    """A regular file's text for a hint, through the one bounded reader (a FIFO or device is
+    refused, never opened to block); None for anything it refuses or over _HINT_READ."""
     try:
-        if not path.is_file():
-            return None
-        with path.open(encoding="utf-8", errors="replace") as f:
-            return f.read(_HINT_READ)
-    except OSError:
+        return read_input(path, what="a dependency file", limit=_HINT_READ).decode(
+            "utf-8", "replace"
+        )
+    except (OSError, EnvbuildError):
         return None
 
 
-def _pyproject_deps(folder: Path) -> bool:
-    """Does the folder's pyproject.toml say dependencies `[packages] files` can read: a
-    [project] table whose dependencies are written down, or read from files by the backend
-    (`project.dynamic_files`)? A pyproject.toml of tool settings only does not."""
+def _pyproject_deps(folder: Path) -> str | None:
+    """The text that names the dependencies of the folder's pyproject.toml, when `[packages]
+    files` can read them: a [project] table with `dependencies` written down, or read from
+    files by its backend (`project.dynamic_files`: then those files' text too). None for a
+    pyproject.toml of tool settings only, or one without dependencies."""
     text = _small_text(folder / "pyproject.toml")
     try:
         data = toml_loads(text) if text is not None else {}
     except ValueError:
-        return False
+        return None
     table = data.get("project")
     if not isinstance(table, dict):
-        return False
-    return "dependencies" not in (table.get("dynamic") or []) or bool(
-        (found := dynamic_files(data)) and found[1] is not None
-    )
+        return None
+    if "dependencies" not in (table.get("dynamic") or []):
+        return text if isinstance(table.get("dependencies"), list) else None
+    found = dynamic_files(data)
+    names = found[1] if found is not None else None
+    names = [names] if isinstance(names, str) else names
+    if not isinstance(names, list):
+        return None
+    return "\n".join([text or "", *(_small_text(folder / str(n)) or "" for n in names)])
 
 
 def _requirements_file(folder: Path) -> str | None:
@@ -73,12 +81,18 @@ def starter_file(folder: Path) -> str | None:
     """The dependency file a starter request names: a uv.lock or a pyproject.toml only with a
     [project] whose dependencies can be read (`_pyproject_deps`), then a requirements file,
     then a setup.py; None when the folder has none."""
-    project = _pyproject_deps(folder)
-    if project and (folder / "uv.lock").is_file():
-        return "uv.lock"
-    if project:
-        return "pyproject.toml"
-    return _requirements_file(folder) or ("setup.py" if (folder / "setup.py").is_file() else None)
+    return _starter(folder)[0]
+
+
+def _starter(folder: Path) -> tuple[str | None, str]:
+    """`starter_file` and the text to find the framework in."""
+    names = _pyproject_deps(folder)
+    if names is not None and (folder / "uv.lock").is_file():
+        return "uv.lock", names
+    if names is not None:
+        return "pyproject.toml", names
+    found = _requirements_file(folder) or ("setup.py" if (folder / "setup.py").is_file() else None)
+    return found, (_small_text(folder / found) or "") if found is not None else ""
 
 
 def starter_request(folder: Path) -> str:
@@ -86,11 +100,9 @@ def starter_request(folder: Path) -> str:
     its dependency file (`starter_file`) and the framework that file names (torch when none is
     named), and the folder as the project when it has any Python file. Every request it names
     locks as written; a conda environment.yml is not read, and the hint says so."""
-    found = starter_file(folder)
-    framework = "torch"
-    if found is not None:
-        match = _FRAMEWORK_NAME_RE.search(_small_text(folder / found) or "")
-        framework = match.group(1).lower() if match else framework
+    found, names = _starter(folder)
+    match = _FRAMEWORK_NAME_RE.search(names)
+    framework = match.group(1).lower() if match else "torch"
     parts = [f'[framework] requirement = "{framework}"']
     if found is not None:
         parts.append(f'[packages] files = ["{found}"]')

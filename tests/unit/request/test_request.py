@@ -333,6 +333,14 @@ def test_missing_folder_and_file(tmp_path: Path) -> None:
             {"pyproject.toml": "[tool.ruff]\nline-length = 100\n", "requirements.txt": "jax\n"},
             '[framework] requirement = "jax", [packages] files = ["requirements.txt"]',
         ),
+        # Nor a [project] without dependencies (metadata only, the dependencies elsewhere).
+        (
+            {
+                "pyproject.toml": '[project]\nname = "x"\nversion = "1"\n',
+                "requirements.txt": "jax\neinops\n",
+            },
+            '[framework] requirement = "jax", [packages] files = ["requirements.txt"]',
+        ),
         # Nor a uv.lock without a project beside it; a setup.py is next.
         ({"uv.lock": "x", "setup.py": "setup()"}, '[packages] files = ["setup.py"]'),
         # Dynamic dependencies: read where the backend reads them from a file, else not.
@@ -341,9 +349,10 @@ def test_missing_folder_and_file(tmp_path: Path) -> None:
                 "pyproject.toml": '[project]\nname = "x"\ndynamic = ["dependencies"]\n'
                 "[tool.setuptools.dynamic]\n"
                 'dependencies = {file = ["requirements.txt"]}\n',
-                "requirements.txt": "torch\n",
+                "requirements.txt": "tensorflow==2.20.*\n",
             },
-            '[packages] files = ["pyproject.toml"]',
+            # The framework is found in the file the backend reads.
+            '[framework] requirement = "tensorflow", [packages] files = ["pyproject.toml"]',
         ),
         (
             {
