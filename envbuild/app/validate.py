@@ -19,7 +19,7 @@ from envbuild.core.errors import EnvbuildError, SmokeFailed, UserError
 from envbuild.core.fsio import read_input, write_output
 from envbuild.core.models import Host, Lock
 from envbuild.core.values import image_ref_problem
-from envbuild.engine.protocol import ContainerEngine, RunResult
+from envbuild.engine.protocol import ContainerEngine, RunResult, kept_container_note
 from envbuild.host.gpu_attach import GpuChoice, unavailable_message
 from envbuild.host.probe import host_from_facts, load_facts_file
 from envbuild.lock.format import loads
@@ -232,16 +232,8 @@ def _run_smoke(
     checks, report = _smoke_checks(result, image, lock, plan)
     if result.left_behind:
         # The image may be fine; the engine that keeps its containers is not.
-        name = result.left_behind
-        checks += (
-            Check(
-                "smoke-container",
-                "fail",
-                f"the engine would not remove smoke container {name}",
-                f"remove it (docker rm -f {name}, or podman rm -f {name}) and read the "
-                "engine's log for why",
-            ),
-        )
+        note = kept_container_note(result.left_behind)
+        checks += (Check("smoke-container", "fail", note, "remove it, then validate again"),)
     return attached + checks, report
 
 

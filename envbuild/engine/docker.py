@@ -29,6 +29,7 @@ from envbuild.core.errors import (
     BuildError,
     DiskFullError,
     EngineError,
+    EnvbuildError,
     GpuUnavailableError,
     UserError,
 )
@@ -36,7 +37,13 @@ from envbuild.core.tarball import context_tar as context_tar
 from envbuild.engine import podman
 from envbuild.engine.address import docker_address
 from envbuild.engine.facts import parse_docker_info
-from envbuild.engine.protocol import BuildResult, ProgressFn, RunResult, RunSpec
+from envbuild.engine.protocol import (
+    BuildResult,
+    ProgressFn,
+    RunResult,
+    RunSpec,
+    kept_container_note,
+)
 from envbuild.host.gpu_attach import (
     ALL,
     ATTACH_HINT,
@@ -369,7 +376,6 @@ class DockerEngine:
                 )
             kwargs.update(attach_kwargs(attachment, spec.environment))
         container: Any = None
-        removed: bool | None = None  # None: not tried yet (the `finally` below tries)
         started = time.monotonic()
         try:
             try:
@@ -389,24 +395,55 @@ class DockerEngine:
                 duration_s=duration_s,
                 left_behind="" if removed else kwargs["name"],
             )
-        except requests.exceptions.RequestException as exc:
-            if not stalled(exc):
-                raise self._daemon_error(exc) from None
+        except BaseException as exc:
+            # Every failure (Ctrl-C too) removes the container first, then says whether it
+            # could: a kept one is named with its removal, never left unnoticed.
+            kept = "" if self._cleanup(container, kwargs["name"]) else kwargs["name"]
+            if isinstance(exc, requests.exceptions.RequestException):
+                raise self._run_error(exc, kept) from None
+            if kept and isinstance(exc, EnvbuildError):
+                exc.hint = (
+                    f"{exc.hint}; {kept_container_note(kept)}"
+                    if exc.hint
+                    else kept_container_note(kept)
+                )
+                exc.fields["left_behind"] = kept
+            raise
+
+    def _cleanup(self, container: Any, name: str) -> bool:
+        """After a failure: the container removed (found by its name when `create` never
+        answered), True when the engine no longer knows it."""
+        if container is None:
+            # A slow engine may answer the lookup late too: asked again for a while.
+            get = functools.partial(self.client.containers.get, name)
+            try:
+                container = answered_by(time.monotonic() + LOGS_GRACE_S, get)[1]
+            except docker.errors.NotFound:
+                return True
+            except (docker.errors.DockerException, requests.RequestException):
+                return False
+            if container is None:
+                return False  # the engine never answered the lookup
+        return _remove_container(container)
+
+    def _run_error(self, exc: requests.exceptions.RequestException, kept: str) -> EngineError:
+        """The engine's failure while the smoke container ran, saying what became of it."""
+        if not stalled(exc):
+            error = self._daemon_error(exc)
+        else:
             # Past the smoke's deadline (polls are asked again until then: `_wait`), or while
             # creating or starting the container.
-            raise EngineError(
+            error = EngineError(
                 f"the engine stopped answering while the smoke container ran: {exc}",
                 hint="check the engine's load and log (`docker info`, `journalctl -u docker`), "
-                "then rerun; the smoke container was removed",
-            ) from None
-        finally:
-            if removed is None and container is None:
-                # A slow engine may answer the lookup late too: asked again for a while.
-                get = functools.partial(self.client.containers.get, kwargs["name"])
-                with contextlib.suppress(docker.errors.DockerException, requests.RequestException):
-                    container = answered_by(time.monotonic() + LOGS_GRACE_S, get)[1]
-            if removed is None and container is not None:
-                _remove_container(container)
+                "then rerun",
+            )
+        error.hint += (
+            f"; {kept_container_note(kept)}" if kept else "; the smoke container was removed"
+        )
+        if kept:
+            error.fields["left_behind"] = kept
+        return error
 
     # --- images ------------------------------------------------------------------------------
 
@@ -620,23 +657,29 @@ class DockerEngine:
         return self.gpu_attach().ok
 
 
-def _remove_container(container: Any, grace_s: float = REMOVE_GRACE_S) -> bool:
-    """Remove the container, asked again for up to `grace_s`; True once the engine no
+def _remove_container(container: Any, grace_s: float | None = None) -> bool:
+    """Remove the container, asked again for up to `grace_s` (REMOVE_GRACE_S); True once the engine no
     longer knows it. Runs in `finally` too (after Ctrl-C), so it never raises: a second
     failure must not hide the first. Podman answers a removal racing its own cleanup of
     an exited container with 500 ("container state improper", "unlinkat ...: directory
     not empty": github.com/containers/podman issues 6260, 7535). CI once found a Podman
     smoke container left after a pass, when this gave up in silence after 3 tries in 1.5 s."""
-    deadline = time.monotonic() + grace_s
+    deadline = time.monotonic() + (REMOVE_GRACE_S if grace_s is None else grace_s)
+    unanswered = 0
     while True:
-        with contextlib.suppress(docker.errors.APIError, requests.exceptions.RequestException):
+        try:
             with contextlib.suppress(docker.errors.NotFound):
                 container.remove(force=True)
             # Gone only when the engine says so: a removal it answered may still be running.
-            try:
-                container.reload()
-            except docker.errors.NotFound:
-                return True
+            container.reload()
+        except docker.errors.NotFound:
+            return True
+        except docker.errors.APIError:
+            unanswered = 0  # it answered, refusing: asked again until the deadline
+        except requests.exceptions.RequestException:
+            unanswered += 1  # no engine to ask (it stopped or went away): not for long
+            if unanswered >= 3:
+                return False
         if time.monotonic() >= deadline:
             return False
         time.sleep(REMOVE_RETRY_S)

@@ -40,6 +40,14 @@ class RunResult:
     the caller says so and how to remove it, instead of leaving it unnoticed."""
 
 
+def kept_container_note(name: str) -> str:
+    """How to remove a smoke container the engine kept (`RunResult.left_behind`)."""
+    return (
+        f"the engine kept smoke container {name}: remove it with docker rm -f {name} "
+        f"(podman rm -f {name}) and read the engine's log for why"
+    )
+
+
 @dataclass(frozen=True)
 class RunSpec:
     image: str

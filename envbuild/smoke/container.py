@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from envbuild.core.models import SmokeSettings
-from envbuild.engine.protocol import RunResult, RunSpec
+from envbuild.engine.protocol import RunResult, RunSpec, kept_container_note
 from envbuild.host.gpu_attach import Attachment
 from envbuild.smoke.plan import kill_after_s, payload_command
 
@@ -30,13 +30,7 @@ ROLE_LABEL = "envbuild.role"
 def left_behind_note(result: RunResult) -> str:
     """What to tell the user when the engine would not remove a smoke container ("" when it
     did): its name and how to remove it, so nothing is left behind unnoticed."""
-    if not result.left_behind:
-        return ""
-    name = result.left_behind
-    return (
-        f"warning: the engine would not remove smoke container {name}; remove it by hand "
-        f"(docker rm -f {name}, or podman rm -f {name}) and read the engine's log for why"
-    )
+    return f"warning: {kept_container_note(result.left_behind)}" if result.left_behind else ""
 
 
 def shm_mib_for(min_shm_mib: int) -> int:

@@ -9,6 +9,7 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
+import docker.errors
 import pytest
 
 from envbuild.app.image import check_tag
@@ -302,13 +303,29 @@ class _Containers:
     def create(self, **kwargs: Any) -> Any:
         self.created = kwargs
         attrs = {"State": {"ExitCode": 0}}
-        methods = {
-            "start": lambda self: None,
-            "reload": lambda self: None,
-            "logs": lambda self, **_: b"",
-            "remove": lambda self, **_: None,
-        }
-        return type("Container", (), {"status": "exited", "attrs": attrs, **methods})()
+        return _Exited(attrs)
+
+
+class _Exited:
+    """A container that exited 0; gone (NotFound) once removed, as the engine answers."""
+
+    status = "exited"
+
+    def __init__(self, attrs: dict[str, Any]) -> None:
+        self.attrs, self.removed = attrs, False
+
+    def start(self) -> None:
+        return None
+
+    def reload(self) -> None:
+        if self.removed:
+            raise docker.errors.NotFound("no such container")
+
+    def logs(self, **_: Any) -> bytes:
+        return b""
+
+    def remove(self, **_: Any) -> None:
+        self.removed = True
 
 
 @pytest.mark.parametrize("platform", [None, "linux/arm64"])
@@ -323,7 +340,8 @@ def test_docker_engine_hands_the_platform_to_build_and_create(platform: str | No
     engine.builder = lambda: "classic builder (test)"  # type: ignore[method-assign]
     engine.build(context={"Dockerfile": b"FROM x\n"}, labels={}, progress=print, platform=platform)
     assert api.kwargs["platform"] == platform
-    engine.run(
+    result = engine.run(
         RunSpec(image="sha256:" + "b" * 64, command=("true",), gpus=False, platform=platform)
     )
     assert containers.created.get("platform") == platform
+    assert result.left_behind == ""

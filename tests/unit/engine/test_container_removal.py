@@ -4,11 +4,15 @@ keeps is reported by name (`RunResult.left_behind`, then a warning with the comm
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import docker.errors
 import pytest
+import requests.exceptions
 
+from envbuild.core.errors import EngineError
 from envbuild.engine import docker as docker_engine
-from envbuild.engine.protocol import RunResult
+from envbuild.engine.protocol import RunResult, RunSpec
 from envbuild.smoke.container import left_behind_note
 
 
@@ -20,6 +24,7 @@ class _Container:
         self.refusals, self.lies = refusals, lies
         self.exists = True
         self.calls = 0
+        self.name = ""
 
     def remove(self, force: bool) -> None:
         assert force
@@ -72,7 +77,91 @@ def test_a_container_the_engine_keeps_is_reported_not_raised() -> None:
 def test_the_note_names_the_container_and_how_to_remove_it() -> None:
     kept = RunResult(0, "", "", left_behind="envbuild-smoke-0123")
     note = left_behind_note(kept)
-    assert "envbuild-smoke-0123" in note
+    assert note.startswith("warning: the engine kept smoke container envbuild-smoke-0123")
     assert "docker rm -f envbuild-smoke-0123" in note
     assert "podman rm -f envbuild-smoke-0123" in note
     assert left_behind_note(RunResult(0, "", "")) == ""
+
+
+class _Client:
+    """docker-py's client as far as `DockerEngine.run` calls it; its one container is `kept`
+    by an engine that refuses every removal, or starts and then `fails` to answer."""
+
+    def __init__(self, container: _Container, *, start_fails: bool = False) -> None:
+        self.container, self.start_fails = container, start_fails
+        self.containers = self
+
+    def create(self, **kwargs: object) -> _Container:
+        self.container.name = str(kwargs["name"])
+        if self.start_fails:
+            self.container.start = _refuse_start  # type: ignore[attr-defined]
+        return self.container
+
+    def get(self, name: str) -> _Container:
+        if self.container.exists and name == self.container.name:
+            return self.container
+        raise docker.errors.NotFound("no such container")
+
+
+def _refuse_start() -> None:
+    raise docker.errors.APIError("OCI runtime create failed", explanation="runtime failed")
+
+
+class _Exits(_Container):
+    status = "exited"
+    attrs: ClassVar[dict[str, dict[str, int]]] = {"State": {"ExitCode": 0}}
+
+    def start(self) -> None:
+        return None
+
+    def logs(self, **_: object) -> bytes:
+        return b""
+
+
+def _engine(client: _Client) -> docker_engine.DockerEngine:
+    engine = docker_engine.DockerEngine()
+    engine._client = client
+    return engine
+
+
+def test_a_run_whose_container_the_engine_keeps_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(docker_engine, "REMOVE_GRACE_S", 0.05)
+    kept = _Exits(refusals=10**9)
+    result = _engine(_Client(kept)).run(RunSpec(image="i", command=("true",), gpus=False))
+    assert result.exit_code == 0
+    assert result.left_behind.startswith("envbuild-smoke-") and kept.exists
+    removed = _Exits()
+    result = _engine(_Client(removed)).run(RunSpec(image="i", command=("true",), gpus=False))
+    assert result.left_behind == "" and not removed.exists
+
+
+def test_a_failed_run_says_the_container_it_could_not_remove(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(docker_engine, "REMOVE_GRACE_S", 0.05)
+    kept = _Exits(refusals=10**9)
+    with pytest.raises(EngineError) as err:
+        _engine(_Client(kept, start_fails=True)).run(
+            RunSpec(image="i", command=("true",), gpus=False)
+        )
+    assert "could not start the smoke container" in err.value.message
+    assert f"docker rm -f {kept.name}" in err.value.hint
+    assert err.value.fields["left_behind"] == kept.name
+    # Removed: nothing more is said.
+    gone = _Exits()
+    with pytest.raises(EngineError) as err:
+        _engine(_Client(gone, start_fails=True)).run(
+            RunSpec(image="i", command=("true",), gpus=False)
+        )
+    assert "left_behind" not in err.value.fields and not gone.exists
+
+
+def test_an_engine_that_stopped_answering_is_not_asked_for_the_whole_grace() -> None:
+    class _Gone(_Container):
+        def remove(self, force: bool) -> None:
+            self.calls += 1
+            raise requests.exceptions.ConnectionError("connection refused")
+
+    container = _Gone()
+    assert docker_engine._remove_container(container, grace_s=60) is False
+    assert container.calls == 3
