@@ -51,6 +51,7 @@ from envbuild.render.dockerfile import (
     wheel_paths,
 )
 from envbuild.render.local_wheels import lock_wheelhouse
+from envbuild.request.project import VERSION_ARG
 from envbuild.request.sourcetree import CONTEXT_DIR
 from envbuild.smoke import plan as smoke
 from envbuild.smoke.container import limits_for
@@ -218,6 +219,8 @@ class BuildContext(Mapping[str, bytes]):
                 data = self._files[name]
                 if environment and name == ".dockerignore":
                     data = _not_about_project(data)
+                elif environment and name == "Dockerfile":
+                    data = _without_project_version(data)
                 h.update(f"{name}\0{hashlib.sha256(data).hexdigest()}\0".encode())
             else:
                 st = self._on_disk[name].stat()
@@ -235,6 +238,14 @@ def _not_about_project(dockerignore: bytes) -> bytes:
     rules = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
     kept = [rule for rule in rules if not rule.lstrip("!").startswith(PROJECT_FILES)]
     return "\n".join(kept).encode()
+
+
+def _without_project_version(dockerfile: bytes) -> bytes:
+    """The Dockerfile without the project's version from git (its ARG line): it changes with
+    every commit, like the project's files, and is no more about the environment than they
+    are (templates/macros.j2 `project_code`)."""
+    arg = f"ARG {VERSION_ARG}=".encode()
+    return b"\n".join(line for line in dockerfile.split(b"\n") if not line.startswith(arg))
 
 
 def has_project_files(job: ImageJob) -> bool:

@@ -12,49 +12,56 @@ SETUPTOOLS_SCM_PRETEND_VERSION set where envbuild runs wins, as it does in setup
 
 from __future__ import annotations
 
-import subprocess
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 
-from envbuild.core.errors import UserError
+from envbuild.core.errors import PinError, UserError
 from envbuild.core.models import Lock
+from envbuild.lock import pins
 from envbuild.lock.uvenv import find_uv, isolated_env
 from envbuild.request import sourcetree
-from envbuild.request.project import VERSION_ARG, ProjectVersion, checked_version
+from envbuild.request.project import (
+    VERSION_ARG,
+    ProjectVersion,
+    checked_version,
+    scm_commands,
+    vcs_backend,
+)
 
 SCM = "setuptools-scm"
-TIMEOUT_S = 120
-"""A first run downloads setuptools-scm (about 1 MB) into uv's cache; later ones take about
-half a second."""
-
-Runner = Callable[[Sequence[str], Path, Mapping[str, str]], tuple[int, str, str]]
-
-
-def _run(argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> tuple[int, str, str]:
-    done = subprocess.run(
-        list(argv), cwd=cwd, env=dict(env), capture_output=True, text=True, timeout=TIMEOUT_S
-    )
-    return done.returncode, done.stdout, done.stderr
 
 
 def project_version(
-    lock: Lock, image_dir: Path, environ: Mapping[str, str], run: Runner = _run
+    lock: Lock, image_dir: Path, environ: Mapping[str, str], run: pins.Runner = pins.run_subprocess
 ) -> ProjectVersion | None:
     """The version the project's install step is given, or None when its build does not read
-    one from git. UserError (exit 2) with the way out when it cannot be worked out."""
-    backend = sourcetree.project_vcs_backend(lock.project, image_dir)
+    one from git. UserError (exit 2) with the way out when it cannot be worked out. `run`:
+    how uv runs (SIGTERM held while it starts; tests put a recorded answer in its place)."""
+    pyproject = sourcetree.project_pyproject(lock.project, image_dir)
+    backend = vcs_backend(pyproject)
     if not backend or lock.project is None:
         return None
     given = environ.get(VERSION_ARG, "")
     if given:
         return ProjectVersion(checked_version(given, VERSION_ARG), f"{VERSION_ARG} as set here")
+    commands = scm_commands(pyproject)
+    if commands:
+        raise UserError(
+            f"the project's version comes from git ({backend}), and its [tool.setuptools_scm] "
+            f"sets {', '.join(commands)}: a command envbuild does not run on this machine",
+            hint=f"set {VERSION_ARG} to the project's version (a PEP 440 one, say 1.2.3) "
+            "where envbuild runs",
+            fields={"keys": commands},
+        )
     folder = sourcetree.project_folder(lock.project, image_dir)
     pin = next((p for p in lock.packages if p.name == SCM), None)
     release = f"{SCM} {pin.version}" if pin is not None else SCM
+    index = pin.source if pin is not None else "PyPI"
     way_out = (
         f"run envbuild from a git checkout of the project (git on PATH), or set {VERSION_ARG} "
-        "to its version"
+        f"to its version (uv fetches {SCM} from {index} for this the first time: offline, set "
+        "the variable)"
     )
     uv = find_uv(environ, sys.executable)
     if uv is None:
@@ -69,9 +76,10 @@ def project_version(
         argv += ["--default-index", pin.source]
     argv += ["--", "python", "-m", "setuptools_scm"]
     try:
-        code, out, err = run(argv, folder, isolated_env(environ))
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        code, out, err = -1, "", str(exc)
+        done = run(argv, folder, isolated_env(environ))
+        code, out, err = done.returncode, done.stdout, done.stderr
+    except PinError as exc:  # uv could not be started, or answered in bytes
+        code, out, err = -1, "", exc.message
     lines = out.strip().splitlines()
     if code != 0 or not lines:
         tail = " | ".join(err.strip().splitlines()[-3:]) or f"exit {code}"

@@ -21,11 +21,10 @@ from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
-from packaging.version import InvalidVersion, Version
 
 from envbuild.core.errors import UserError
 from envbuild.core.models import DependencyFiles, ProjectSettings
-from envbuild.core.values import CONTROL_CHARS
+from envbuild.core.values import CONTROL_CHARS, check_version
 from envbuild.request.fields import (
     fail,
     read_bool,
@@ -51,7 +50,6 @@ setuptools-scm (https://github.com/ofek/hatch-vcs), so it takes the same. The pr
 step runs with it: the build context leaves `.git` out (sourcetree.SECRETS)."""
 VCS_BACKENDS = ("setuptools-scm", "hatch-vcs")
 """Build requirements that read the version from git (PEP 503 names)."""
-_VERSION_CHARS = re.compile(r"[0-9A-Za-z.+!_-]+")
 
 
 @dataclass(frozen=True)
@@ -92,6 +90,20 @@ def vcs_backend(pyproject: Mapping[str, Any]) -> str:
     return ""
 
 
+SCM_COMMAND_KEYS = ("git_describe_command", "scm")
+"""[tool.setuptools_scm] keys that name a command setuptools-scm runs as it is (its
+`git_describe_command`, and `scm.git.describe_command` since setuptools-scm 8:
+https://setuptools-scm.readthedocs.io/en/latest/config/)."""
+
+
+def scm_commands(pyproject: Mapping[str, Any]) -> list[str]:
+    """The [tool.setuptools_scm] keys of SCM_COMMAND_KEYS a pyproject.toml sets: envbuild
+    runs setuptools-scm on the host only without them (a project's text never becomes a
+    command there)."""
+    table = _table(_table(pyproject, "tool"), "setuptools_scm")
+    return [key for key in SCM_COMMAND_KEYS if key in table]
+
+
 def dynamic_files(data: Mapping[str, Any]) -> tuple[str, Any, Any] | None:
     """(backend, the dependencies' files, the extras' {name: files}) of a pyproject.toml whose
     dynamic dependencies its backend reads from files (envbuild/lock/dynamicdeps.py reads
@@ -129,20 +141,16 @@ def _file_list(value: Any) -> Any:
 
 def checked_version(value: str, where: str) -> str:
     """`value` when it is a PEP 440 version of the characters a Dockerfile line takes as they
-    are; UserError (exit 2) otherwise."""
+    are (`core.values.check_version`); UserError (exit 2) otherwise, with the way out."""
     try:
-        Version(value)
-        ok = bool(_VERSION_CHARS.fullmatch(value))
-    except InvalidVersion:
-        ok = False
-    if not ok:
+        return check_version(value, f"the version {where} gave,")
+    except UserError as exc:
         raise UserError(
-            f"{where} gave {value!r}, which is not a PEP 440 version",
+            exc.message,
             hint=f"set {VERSION_ARG} to the project's version (say 1.2.3), or tag the "
             "project's git with one",
-            fields={"version": value},
-        )
-    return value
+            fields=exc.fields,
+        ) from None
 
 
 def file_kind(path: str) -> str | None:
@@ -356,6 +364,25 @@ _SAFE_WHY = "quotes, backslashes, '$', backticks and control characters are refu
 _SAFE_COMMAND = re.compile("[^" + CONTROL_CHARS + "]*")
 
 
+_SOURCE_RE = re.compile(r"[A-Za-z0-9 ._+!-]+")
+
+
+def _version_values(version: ProjectVersion | None) -> dict[str, str] | None:
+    """The project's version for the template, every part checked: they are Dockerfile text."""
+    if version is None:
+        return None
+    if version.arg != VERSION_ARG or not _SOURCE_RE.fullmatch(version.source):
+        raise UserError(
+            f"the project's version source {version.source!r} cannot go into a Dockerfile",
+            hint=f"set {VERSION_ARG} to the project's version where envbuild runs",
+        )
+    return {
+        "arg": version.arg,
+        "value": checked_version(version.value, version.source),
+        "source": version.source,
+    }
+
+
 def template_values(
     project: ProjectSettings | None, version: ProjectVersion | None = None
 ) -> dict[str, Any]:
@@ -392,15 +419,7 @@ def template_values(
         "project": True,
         "project_dir": PROJECT_DIR,
         "project_install": project.install,
-        "project_version": (
-            {
-                "arg": version.arg,
-                "value": checked_version(version.value, version.source),
-                "source": version.source,
-            }
-            if version is not None and project.install
-            else None
-        ),
+        "project_version": _version_values(version) if project.install else None,
         # Exec form (a JSON array): no shell between Docker and the command.
         "command": json.dumps(command, ensure_ascii=False),
     }

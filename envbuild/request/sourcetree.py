@@ -38,7 +38,7 @@ from envbuild.core.documents import toml_loads
 from envbuild.core.errors import RequestError, UserError
 from envbuild.core.fsio import CONTEXT_MARKER, read_input
 from envbuild.core.models import ProjectSettings
-from envbuild.request.project import PROJECT_DIR, vcs_backend
+from envbuild.request.project import PROJECT_DIR
 
 CONTEXT_DIR = "project"
 """Where the project's files are in the build context (`COPY project/ ...`)."""
@@ -681,18 +681,16 @@ def project_folder(project: ProjectSettings, image_dir: Path) -> Path:
     return folder
 
 
-def project_vcs_backend(project: ProjectSettings | None, image_dir: Path) -> str:
-    """The build requirement that reads an installed project's version from git
-    (`project.vcs_backend`: "setuptools-scm", "hatch-vcs"), or "". A pyproject.toml that
-    cannot be read is the build's to report (the lock read the ones it lists)."""
+def project_pyproject(project: ProjectSettings | None, image_dir: Path) -> dict[str, Any]:
+    """The pyproject.toml of an installed project, parsed ({} for none, or for one that
+    cannot be read: that is the build's to report; the lock read the ones it lists)."""
     if project is None or not project.install:
-        return ""
+        return {}
     path = project_folder(project, image_dir) / "pyproject.toml"
     try:
-        data = toml_loads(read_input(path, what="the project's pyproject.toml").decode("utf-8"))
+        return toml_loads(read_input(path, what="the project's pyproject.toml").decode("utf-8"))
     except (OSError, UserError, ValueError, UnicodeDecodeError):
-        return ""
-    return vcs_backend(data)
+        return {}
 
 
 def home_folders() -> list[Path]:

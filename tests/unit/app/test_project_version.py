@@ -17,6 +17,7 @@ import pytest
 from envbuild.app.project_version import project_version
 from envbuild.core.errors import UserError
 from envbuild.core.models import Lock, LockedPackage, ProjectSettings
+from envbuild.lock.pins import RunResult
 from envbuild.render.dockerfile import RenderOptions, render_dockerfile
 from envbuild.request.project import VERSION_ARG
 from tests.golden import fixtures
@@ -51,11 +52,9 @@ class _Runner:
         self.answer = (code, out, err)
         self.calls: list[tuple[list[str], Path]] = []
 
-    def __call__(
-        self, argv: Sequence[str], cwd: Path, env: Mapping[str, str]
-    ) -> tuple[int, str, str]:
+    def __call__(self, argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> RunResult:
         self.calls.append((list(argv), cwd))
-        return self.answer
+        return RunResult(*self.answer)
 
 
 def test_setuptools_scm_of_the_locked_release_reads_the_projects_git(project: Path) -> None:
@@ -150,3 +149,30 @@ def test_real_setuptools_scm_reads_a_real_tag(
     (project / "src" / "scmdemo" / "__init__.py").write_text("# edited\n")
     edited = project_version(_lock(), project, dict(os.environ))
     assert edited is not None and edited.value.startswith("1.2.4.dev0+g")
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        'git_describe_command = "touch /tmp/pwned"',
+        'scm.git.describe_command = ["sh", "-c", "touch /tmp/pwned"]',
+    ],
+)
+def test_a_command_the_project_names_is_never_run_here(project: Path, setting: str) -> None:
+    # setuptools-scm runs these as written (its config docs): envbuild asks for the version.
+    text = (project / "pyproject.toml").read_text()
+    (project / "pyproject.toml").write_text(text + setting + "\n")
+    run = _Runner()
+    with pytest.raises(UserError) as err:
+        project_version(_lock(), project, {}, run)
+    assert run.calls == [] and err.value.exit_code == 2
+    assert "does not run" in err.value.message and VERSION_ARG in (err.value.hint or "")
+    # Given by the user, nothing runs and the version is used.
+    given = project_version(_lock(), project, {VERSION_ARG: "3.0"}, run)
+    assert given is not None and given.value == "3.0" and run.calls == []
+
+
+def test_a_version_past_pythons_integer_limit_is_exit_2(project: Path) -> None:
+    with pytest.raises(UserError) as err:
+        project_version(_lock(), project, {VERSION_ARG: "1" * 5000}, _Runner())
+    assert err.value.exit_code == 2 and "5000 characters" in err.value.message

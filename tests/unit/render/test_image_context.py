@@ -77,11 +77,15 @@ def test_the_environment_key_leaves_out_only_the_project(wheel: Path) -> None:
     code = replace(job, context=changed(**{"project/train.py": b"print(2)\n"}))
     ignore = replace(job, context=changed(**{".dockerignore": b"project/notebooks\n"}))
     added = replace(job, context=changed(**{"project/new.py": b"x = 1\n"}))
-    for same in (code, ignore, added):
+    # The project's version from git changes with every commit, as its files do.
+    versioned = DOCKERFILE + b"ARG SETUPTOOLS_SCM_PRETEND_VERSION=1.2.4.dev3+gabc1234\n"
+    version = replace(job, context=changed(Dockerfile=versioned))
+    for same in (code, ignore, added, version):
         assert context_key(engine, same, environment=True) == env
         assert context_key(engine, same) != whole
     payload = replace(job, context=changed(**{"payload/__main__.py": b"print('other')\n"}))
     other_ignore = replace(job, context=changed(**{".dockerignore": b"payload/smoke_tf.py\n"}))
-    for moved in (payload, other_ignore):
+    other_arg = replace(job, context=changed(Dockerfile=DOCKERFILE + b"ARG OTHER=1\n"))
+    for moved in (payload, other_ignore, other_arg):
         assert context_key(engine, moved, environment=True) != env
     assert context_key(engine, replace(job, lock_sha256="0" * 64), environment=True) != env
