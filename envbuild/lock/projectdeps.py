@@ -174,6 +174,16 @@ def _toml(path: Path, what: str) -> dict[str, Any]:
         ) from None
 
 
+POETRY_HINT = (
+    "export them and name the file in [packages] files: poetry export --format "
+    "requirements.txt --output requirements.txt (the poetry-plugin-export plugin; its hashes "
+    "are dropped, the lock takes its own), or move them to [project] dependencies (Poetry 2 "
+    "reads that table)"
+)
+"""What to do with a pre-2 Poetry project (https://python-poetry.org/docs/cli/#export,
+https://python-poetry.org/blog/announcing-poetry-2.0.0/)."""
+
+
 def pyproject_digest(data: Mapping[str, Any]) -> str:
     """sha256 over the tables that decide a lock: dependencies, extras, groups, build-system,
     requires-python, the project's name (for extras that name the project itself) and the
@@ -214,9 +224,13 @@ def _pyproject(reader: Reader, path: Path, extras: Sequence[str], groups: Sequen
     reader.files[rel] = pyproject_digest(data)
     table = data.get("project")
     if not isinstance(table, dict):
+        poetry = "poetry" in (data.get("tool") or {})
         raise RequestError(
-            f"{rel} has no [project] table to take dependencies from",
-            hint="name a pyproject.toml with [project] dependencies (PEP 621), or a "
+            f"{rel} has no [project] table to take dependencies from"
+            + (" (its dependencies are Poetry's [tool.poetry], before Poetry 2)" if poetry else ""),
+            hint=POETRY_HINT
+            if poetry
+            else "name a pyproject.toml with [project] dependencies (PEP 621), or a "
             "requirements file",
             fields={"path": rel},
         )

@@ -116,4 +116,20 @@ def starter_request(folder: Path) -> str:
             " (environment.yml is conda's and is not read: list its pip packages in a "
             "requirements.txt and name it in [packages] files)"
         )
+    elif found is None and _is_poetry(folder):
+        said += (
+            " (pyproject.toml keeps its dependencies in Poetry's [tool.poetry]: poetry export "
+            "--format requirements.txt --output requirements.txt, then name requirements.txt "
+            "in [packages] files)"
+        )
     return said
+
+
+def _is_poetry(folder: Path) -> bool:
+    """A pyproject.toml of Poetry before 2: [tool.poetry] and no [project]."""
+    try:
+        data = toml_loads(_small_text(folder / "pyproject.toml") or "")
+    except ValueError:
+        return False
+    tool = data.get("tool")
+    return "project" not in data and isinstance(tool, dict) and "poetry" in tool

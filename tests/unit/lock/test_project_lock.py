@@ -149,6 +149,33 @@ def test_pyproject_unknown_extra_and_dynamic_dependencies(
     assert not (image / "envbuild.lock").exists()
 
 
+def test_a_poetry_project_is_told_to_export_and_the_export_locks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    image, uv = setup(monkeypatch, tmp_path, "")
+    request = DEMO_REQUEST.replace(
+        '[packages]\nrequirements = ["numpy<3"]\n', '[packages]\nfiles = ["pyproject.toml"]\n'
+    )
+    (image / "envbuild.toml").write_text(request)
+    (image / "pyproject.toml").write_text(
+        '[tool.poetry]\nname = "x"\n[tool.poetry.dependencies]\npython = "^3.10"\neinops = "^0.8"\n'
+    )
+    with pytest.raises(RequestError) as info:
+        lock_use_case.lock_image(image)
+    assert "Poetry's [tool.poetry]" in info.value.message
+    assert "poetry export --format requirements.txt --output requirements.txt" in info.value.hint
+    # What `poetry export` writes (markers, a hash on a continuation line) locks as the hint says.
+    (image / "requirements.txt").write_text(
+        'einops==0.8.1 ; python_version >= "3.10" and python_version < "4.0" \\\n'
+        "    --hash=sha256:" + "a" * 64 + "\n"
+    )
+    (image / "envbuild.toml").write_text(request.replace("pyproject.toml", "requirements.txt"))
+    lock_use_case.lock_image(image)
+    assert requirement_lines(uv)[-1] == (
+        'einops==0.8.1 ; python_version >= "3.10" and python_version < "4.0"'
+    )
+
+
 def test_requirements_files_follow_includes_and_constraints(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -370,6 +370,15 @@ def test_missing_folder_and_file(tmp_path: Path) -> None:
             {"requirements-dev.txt": "pytest\n", "requirements-scipy.txt": "scipy\n"},
             '[packages] files = ["requirements-scipy.txt"]',
         ),
+        # Poetry before 2 ([tool.poetry], no [project]): not read, and the export said.
+        (
+            {
+                "pyproject.toml": '[tool.poetry]\nname = "x"\n'
+                '[tool.poetry.dependencies]\ntorch = "^2.6"\n',
+                "train.py": "",
+            },
+            "poetry export --format requirements.txt --output requirements.txt",
+        ),
         # conda's environment.yml: not read, and said so.
         (
             {"environment.yml": "dependencies:\n  - pytorch\n", "train.py": ""},
