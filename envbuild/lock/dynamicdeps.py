@@ -20,11 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from envbuild.core.errors import RequestError
-from envbuild.core.fsio import read_input
-from envbuild.lock.projectread import COMMENT, Line, Reader
+from envbuild.lock.projectread import COMMENT, Line, Reader, read_text_input
 from envbuild.lock.projectread import requirement as _requirement
 from envbuild.request.project import dynamic_files as dynamic_files
-from envbuild.request.sourcetree import file_sha256, inside_repo
+from envbuild.request.sourcetree import inside_repo
 
 
 def read_files(reader: Reader, pyproject: Path, files: Any, where: str) -> list[Line]:
@@ -57,14 +56,7 @@ def read_files(reader: Reader, pyproject: Path, files: Any, where: str) -> list[
                 hint="fix the path (relative to the pyproject.toml)",
                 fields={"where": where},
             )
-        try:
-            text = read_input(path, what="requirements file").decode("utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise RequestError(
-                f"cannot read {rel}: {exc}", hint="check the file", fields={"path": rel}
-            ) from None
-        reader.files[rel] = file_sha256(path)
-        lines += _requirement_lines(text, rel, where)
+        lines += _requirement_lines(read_text_input(reader, path), rel, where)
     return lines
 
 

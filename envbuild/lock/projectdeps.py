@@ -39,7 +39,7 @@ from envbuild.core.values import URL_RE
 from envbuild.lock import dynamicdeps, ownproject, uvenv
 from envbuild.lock import pins as pydeps
 from envbuild.lock.companions import INDEX_COMPANIONS
-from envbuild.lock.projectread import COMMENT, Line, Reader
+from envbuild.lock.projectread import COMMENT, Line, Reader, read_text_input
 from envbuild.lock.projectread import requirement as _requirement
 from envbuild.request.project import PYPROJECT, file_kind
 from envbuild.request.sourcetree import file_sha256, inside_repo
@@ -440,13 +440,7 @@ def _requirements_file(reader: Reader, path: Path, *, constraint: bool, depth: i
             fields={"path": rel},
         )
     reader.seen.add(path)
-    try:
-        text = read_input(path, what="requirements file").decode("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RequestError(
-            f"cannot read {rel}: {exc}", hint="check the file", fields={"path": rel}
-        ) from None
-    reader.files[rel] = file_sha256(path)
+    text = read_text_input(reader, path)
     for number, line in _logical_lines(text):
         origin = f"{rel} line {number}"
         include = _INCLUDE.match(line)

@@ -14,10 +14,11 @@ from typing import Any
 from packaging.requirements import InvalidRequirement, Requirement
 
 from envbuild.core.errors import RequestError
+from envbuild.core.fsio import read_input
 from envbuild.core.locations import unreadable_kind
 from envbuild.lock import pins as pydeps
 from envbuild.request.fields import MAX_REQUIREMENT
-from envbuild.request.sourcetree import request_file
+from envbuild.request.sourcetree import file_sha256, request_file
 
 COMMENT = re.compile(r"(^|\s+)#.*$")
 """A comment of a requirements line (pip: "# ... preceded by whitespace", or the whole line)."""
@@ -112,3 +113,17 @@ def requirement(text: str, origin: str, *, quote: bool = True) -> Requirement:
             fields={"origin": origin},
         )
     return req
+
+
+def read_text_input(reader: Reader, path: Path) -> str:
+    """A dependency file's text, its hash recorded as a lock input (`Reader.files`);
+    RequestError (exit 2) when it cannot be read as UTF-8 text."""
+    rel = reader.name(path)
+    try:
+        text = read_input(path, what="requirements file").decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RequestError(
+            f"cannot read {rel}: {exc}", hint="check the file", fields={"path": rel}
+        ) from None
+    reader.files[rel] = file_sha256(path)
+    return text
