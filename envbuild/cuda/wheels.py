@@ -21,6 +21,16 @@ NCCL_WHEEL = re.compile(r"^nvidia-nccl-cu(\d+)$")
 RUNTIME_WHEEL = re.compile(r"^nvidia-cuda-runtime(?:-cu(\d+))?$")
 """nvidia-cuda-runtime-cu12, and the unsuffixed nvidia-cuda-runtime of CUDA 13."""
 TOOLKIT_WHEEL = "cuda-toolkit"
+BUILD_CUDA_PACKAGES = (TOOLKIT_WHEEL, "cuda-bindings", "cuda-pathfinder")
+"""What a framework build pins for its CUDA besides `nvidia-*` wheels: torch 2.11.0+cu128
+depends on cuda-bindings and cuda-toolkit[cublas, ...] (huggingface/lerobot's uv.lock, read
+2026-12-04), and cuda-bindings on cuda-pathfinder."""
+
+
+def is_build_cuda_package(name: str) -> bool:
+    """Is this (normalised) distribution one of a framework build's CUDA packages: an
+    `nvidia-*` wheel or BUILD_CUDA_PACKAGES? Another build of the same release pins its own."""
+    return name.startswith("nvidia-") or name in BUILD_CUDA_PACKAGES
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from packaging.utils import canonicalize_name
 
 from envbuild.core.errors import RequestError
 from envbuild.core.models import ProjectSettings, Request
+from envbuild.cuda.wheels import is_build_cuda_package
 from envbuild.lock import setuptools_static as static
 from envbuild.lock.projectread import Line, Reader, requirement
 from envbuild.request.project import PYPROJECT
@@ -167,16 +168,17 @@ def check_discovery(
 
 
 def without_build_companions(reader: Reader) -> list[Line]:
-    """The requirements, minus the `nvidia-*` pins of a file whose framework pin came from a
-    framework index (`torch==2.9.1+cu128`): they are that build's CUDA libraries, and the
-    stack's build of the release brings its own."""
+    """The requirements, minus the CUDA pins (`nvidia-*`, cuda-toolkit, cuda-bindings:
+    `cuda.wheels.is_build_cuda_package`) of a file whose framework pin came from a framework
+    index (`torch==2.9.1+cu128`): they are that build's CUDA libraries, and the stack's build
+    of the release brings its own."""
     if not reader.relabelled:
         return list(reader.requirements)
     kept: list[Line] = []
     dropped: dict[str, list[str]] = {}
     for line in reader.requirements:
         req = Requirement(line.text)
-        if line.file in reader.relabelled and canonicalize_name(req.name).startswith("nvidia-"):
+        if line.file in reader.relabelled and is_build_cuda_package(canonicalize_name(req.name)):
             dropped.setdefault(line.file, []).append(f"{req.name}{req.specifier}")
             continue
         kept.append(line)

@@ -564,6 +564,50 @@ def test_uv_lock_framework_index_build_is_the_stacks_release(
     )
 
 
+# What torch 2.11.0+cu128 of the PyTorch index depends on besides nvidia-* wheels
+# (huggingface/lerobot's uv.lock): its cu12 cuda-bindings (and cuda-pathfinder) and cuda-toolkit.
+_CUDA_PACKAGES = {"cuda-bindings": "12.9.7", "cuda-pathfinder": "1.6.0", "cuda-toolkit": "12.8.1"}
+
+
+def _with_cuda_packages(text: str) -> str:
+    """The fixture's uv.lock with torch depending on _CUDA_PACKAGES too."""
+    marker = "platform_machine == 'x86_64' and sys_platform == 'linux'"
+    deps = "".join(f'    {{ name = "{n}", marker = "{marker}" }},\n' for n in _CUDA_PACKAGES)
+    text = text.replace(
+        f'    {{ name = "nvidia-cudnn-cu12", marker = "{marker}" }},\n',
+        f'    {{ name = "nvidia-cudnn-cu12", marker = "{marker}" }},\n' + deps,
+        1,
+    )
+    for i, (name, version) in enumerate(sorted(_CUDA_PACKAGES.items())):
+        wheel = name.replace("-", "_") + f"-{version}-py3-none-any.whl"
+        text += (
+            f'\n[[package]]\nname = "{name}"\nversion = "{version}"\n'
+            'source = { registry = "https://pypi.org/simple" }\nwheels = [\n'
+            f'    {{ url = "https://files.pythonhosted.org/packages/cc/{wheel}", '
+            f'hash = "sha256:{str(6 + i) * 64}" }},\n]\n'
+        )
+    return text
+
+
+def test_uv_lock_cuda_packages_of_a_framework_index_build_are_not_locked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # lerobot's case: torch+cu128 from the PyTorch index pins cuda-bindings 12.9.7, which the
+    # stack's torch of another CUDA cannot take (torch 2.11.0 cu130 needs cuda-bindings >= 13).
+    image, uv = _uv_lock_image(tmp_path, monkeypatch, "uvlock-cu128-extra", real_resolver=True)
+    project = tmp_path / "trainer"
+    for name in ("pyproject.toml", "uv.lock"):
+        (project / name).write_text((FIXTURES / "uvlock-cu128-extra" / name).read_text())
+    (project / "uv.lock").write_text(_with_cuda_packages((project / "uv.lock").read_text()))
+    _with_packages(image, '[packages]\nfiles = ["../../trainer/uv.lock"]\nextras = ["gpu"]\n')
+    outcome = lock_use_case.lock_image(image)
+    assert requirement_lines(uv) == ["torch==2.10.0", "numpy==2.2.6", "torch==2.10.0"]
+    notes = "\n".join(outcome.warnings)
+    for name, version in _CUDA_PACKAGES.items():
+        assert f"{name}=={version}" in notes
+    assert "not locked: the CUDA libraries of its framework build" in notes
+
+
 def test_requirements_naming_the_project_are_the_project(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
