@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -530,16 +531,26 @@ def _with_packages(image: Path, packages: str, project: str = "") -> None:
     )
 
 
+def _cu128_project(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, edit: Callable[[str], str] = str
+) -> tuple[Path, RecordingUv, Path]:
+    """The image of the uvlock-cu128-extra fixture's project (its uv.lock through `edit`),
+    locked with its `gpu` extra: (image folder, the recording uv, the project folder)."""
+    image, uv = _uv_lock_image(tmp_path, monkeypatch, "uvlock-cu128-extra", real_resolver=True)
+    project = tmp_path / "trainer"
+    for name in ("pyproject.toml", "uv.lock"):
+        text = (FIXTURES / "uvlock-cu128-extra" / name).read_text()
+        (project / name).write_text(edit(text) if name == "uv.lock" else text)
+    _with_packages(image, '[packages]\nfiles = ["../../trainer/uv.lock"]\nextras = ["gpu"]\n')
+    return image, uv, project
+
+
 def test_uv_lock_framework_index_build_is_the_stacks_release(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # torch 2.10.0+cu128 from the PyTorch cu128 index (an extra, [tool.uv.sources]): the same
     # release as the stack's torch 2.10.0 cu128 from PyPI, with that build's CUDA libraries.
-    image, uv = _uv_lock_image(tmp_path, monkeypatch, "uvlock-cu128-extra", real_resolver=True)
-    project = tmp_path / "trainer"
-    for name in ("pyproject.toml", "uv.lock"):
-        (project / name).write_text((FIXTURES / "uvlock-cu128-extra" / name).read_text())
-    _with_packages(image, '[packages]\nfiles = ["../../trainer/uv.lock"]\nextras = ["gpu"]\n')
+    image, uv, project = _cu128_project(tmp_path, monkeypatch)
     outcome = lock_use_case.lock_image(image)
     assert requirement_lines(uv) == ["torch==2.10.0", "numpy==2.2.6", "torch==2.10.0"]
     assert outcome.lock.stack.framework.version == "2.10.0"
@@ -594,12 +605,7 @@ def test_uv_lock_cuda_packages_of_a_framework_index_build_are_not_locked(
 ) -> None:
     # lerobot's case: torch+cu128 from the PyTorch index pins cuda-bindings 12.9.7, which the
     # stack's torch of another CUDA cannot take (torch 2.11.0 cu130 needs cuda-bindings >= 13).
-    image, uv = _uv_lock_image(tmp_path, monkeypatch, "uvlock-cu128-extra", real_resolver=True)
-    project = tmp_path / "trainer"
-    for name in ("pyproject.toml", "uv.lock"):
-        (project / name).write_text((FIXTURES / "uvlock-cu128-extra" / name).read_text())
-    (project / "uv.lock").write_text(_with_cuda_packages((project / "uv.lock").read_text()))
-    _with_packages(image, '[packages]\nfiles = ["../../trainer/uv.lock"]\nextras = ["gpu"]\n')
+    image, uv, _ = _cu128_project(tmp_path, monkeypatch, edit=_with_cuda_packages)
     outcome = lock_use_case.lock_image(image)
     assert requirement_lines(uv) == ["torch==2.10.0", "numpy==2.2.6", "torch==2.10.0"]
     notes = "\n".join(outcome.warnings)
