@@ -16,7 +16,7 @@ test costs (no goal).
 
 Run by tests/gpu/h200_build_bench.sh once the engine is up (DOCKER_HOST), with the Python that
 holds the machine's torch. Writes $OUT/h200-build-bench.json (samples, medians, ratios, stages,
-machine facts), which benchmarks/h200.py puts in RESULTS.md. Settings: BENCH_COLD (rounds,
+machine facts), which benchmarks/h200.py puts in RESULTS.md. Settings: BENCH_PROFILE=1 (a profile, `profile`), BENCH_COLD (rounds,
 default 3), BENCH_WARM (default 5), BASE_TAG (an existing base to use instead of making one).
 Without a GPU (no nvidia-smi) both sides run on the CPU: a dry run.
 """
@@ -274,6 +274,27 @@ def warm_rounds(sides: dict[str, Callable[[str], Sample]], base: str) -> dict[st
     return out
 
 
+def profile(folder: Path, base: str, tag: str) -> None:
+    """BENCH_PROFILE=1: one more warm `envbuild image` under cProfile and `-X importtime`, to
+    see where envbuild's fixed cost goes on this machine: $OUT/h200-warm.prof (read it with
+    `python -m pstats`) and $OUT/h200-warm-importtime.txt, plus the interpreter's own start."""
+    code = (
+        "import cProfile, sys; sys.argv[0] = 'envbuild'; "
+        "cProfile.run('from envbuild.cli.main import main; main()', sys.argv.pop(1))"
+    )
+    argv = [str(OUT / "h200-warm.prof"), "image", str(folder), "--base-image", base]
+    argv += ["--tag", tag, "--json"]
+    with (OUT / "h200-warm-importtime.txt").open("w") as err:
+        subprocess.run(
+            [sys.executable, "-X", "importtime", "-c", code, *argv],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            check=False,
+        )
+    for what in ("pass", "import docker", "import jinja2", "import torch"):
+        e2e.log(f"python -c {what!r}: {e2e.run([sys.executable, '-c', what])['seconds']} s")
+
+
 def machine(device: dict[str, str] | None, base: dict[str, Any]) -> dict[str, Any]:
     info = e2e.docker("info", "--format", "{{json .}}")["json"] or {}
     torch = e2e.run([sys.executable, "-c", "import torch; print(torch.__version__)"])
@@ -375,6 +396,8 @@ def main() -> int:
             },
             f"{BASE}-bench{COLD - 1}",
         )
+        if os.environ.get("BENCH_PROFILE") == "1":
+            profile(tier2, f"{BASE}-bench{COLD - 1}", TAG)
         samples = {**cold, **warm}
         result["samples"] = samples
         result["stages"] = {k: medians(v) for k, v in samples.items()}

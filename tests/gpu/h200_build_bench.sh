@@ -24,6 +24,23 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 echo "== python: $(command -v "$PY") $("$PY" -c 'import sys, torch; print(sys.version.split()[0], torch.__version__)' 2>&1)"
 . tests/gpu/h200_engine.sh
 h200_engine_up || exit 1
+# Measured in the state an installed envbuild runs in: byte-compiled, as pip leaves it. The
+# checkout, the bundle's wheels (installed with --no-compile) and the packages of this venv that
+# envbuild imports may not be, and PYTHONDONTWRITEBYTECODE (set on the device) would make every
+# run compile them again. benchmarks/cli_start.py does the same on the build machine.
+"$PY" - <<'PY'
+import compileall, os, sys
+import envbuild.app.image, envbuild.cli.commands.image, envbuild.engine.docker  # noqa: F401
+for top in sorted({m.split(".")[0] for m in sys.modules}):
+    path = getattr(sys.modules.get(top), "__file__", None) or ""
+    if top != "envbuild" and "site-packages" not in path and "h200-site" not in path:
+        continue  # the standard library comes compiled
+    if path.endswith("__init__.py"):
+        compileall.compile_dir(os.path.dirname(path), quiet=2)
+    elif path.endswith(".py"):
+        compileall.compile_file(path, quiet=2)
+PY
+echo "== byte-compiled; PYTHONDONTWRITEBYTECODE=${PYTHONDONTWRITEBYTECODE:-}"
 
 echo "== bench: envbuild image vs a hand-written Dockerfile"
 "$PY" tests/gpu/h200_build_bench.py
