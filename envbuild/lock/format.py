@@ -80,8 +80,15 @@ def _content_hash(text_without_hash_line: str) -> str:
 
 
 def regenerate_command(image_dir: Path) -> str:
-    """`envbuild lock <parent>/<folder>`: the same bytes wherever the command runs from."""
+    """The command that regenerates the folder's lock, as typed at the root of the repository
+    that holds it (the nearest folder at or above it with a `.git`): `envbuild lock
+    images/<name>`, or `envbuild lock .` for a request at the repository's root (a project's
+    own envbuild.toml). Outside a repository, `envbuild lock <parent>/<folder>`. The same
+    bytes wherever the command runs from."""
     resolved = image_dir.resolve()
+    for root in (resolved, *resolved.parents):
+        if (root / ".git").exists():  # a folder, or a file in a worktree or submodule
+            return f"envbuild lock {resolved.relative_to(root).as_posix()}"
     return f"envbuild lock {resolved.parent.name}/{resolved.name}"
 
 

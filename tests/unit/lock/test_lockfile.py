@@ -222,6 +222,36 @@ def test_golden_header_and_shape() -> None:
     assert lock.stack.floors is not None and lock.stack.floors.relied_on == "minor_compat"
 
 
+@pytest.mark.parametrize(
+    ("git_at", "folder", "command"),
+    [
+        # A project's own envbuild.toml at the root of its clone (nanoGPT, litgpt): "." there.
+        ("proj", "proj", "envbuild lock ."),
+        # The images/<name> layout of a repository of images.
+        ("repo", "repo/images/torch-train", "envbuild lock images/torch-train"),
+        ("repo", "repo/a/b/c", "envbuild lock a/b/c"),
+        # Outside any repository: <parent>/<folder>, as before.
+        (None, "x/images/demo", "envbuild lock images/demo"),
+    ],
+)
+def test_regenerate_command_is_typed_at_the_repository_root(
+    tmp_path: Path, git_at: str | None, folder: str, command: str
+) -> None:
+    (tmp_path / folder).mkdir(parents=True)
+    if git_at is not None:
+        (tmp_path / git_at / ".git").mkdir(exist_ok=True)
+    assert lockfile.regenerate_command(tmp_path / folder) == command
+    # The same bytes from wherever it runs (a relative path is resolved first).
+    assert lockfile.regenerate_command(tmp_path / folder / ".") == command
+
+
+def test_regenerate_command_takes_a_git_file_as_a_root(tmp_path: Path) -> None:
+    """A worktree or submodule has a `.git` file, not a folder."""
+    (tmp_path / "wt" / "images" / "a").mkdir(parents=True)
+    (tmp_path / "wt" / ".git").write_text("gitdir: /elsewhere/.git/worktrees/wt\n")
+    assert lockfile.regenerate_command(tmp_path / "wt" / "images" / "a") == "envbuild lock images/a"
+
+
 def test_relock_same_inputs_is_unchanged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     install_fakes(monkeypatch)
     image = make_image(tmp_path)
