@@ -23,8 +23,8 @@ from packaging.utils import canonicalize_name
 from envbuild.core.errors import RequestError
 from envbuild.core.models import ProjectSettings, Request
 from envbuild.cuda.wheels import is_build_cuda_package
-from envbuild.lock import setuptools_static as static
 from envbuild.lock.projectread import Line, Reader, requirement
+from envbuild.request import setuptools_static as static
 from envbuild.request.project import PYPROJECT
 from envbuild.request.sourcetree import file_sha256, inside_repo, top_level
 
@@ -109,12 +109,15 @@ def setup_py(reader: Reader, path: Path, extras: Sequence[str]) -> None:
     """A setup.py's literal `install_requires` and the chosen `extras_require` (never run)."""
     rel = reader.name(path)
     setup = static.read_setup_py(path, rel)
-    if setup.unreadable:
+    # Extras computed when setup.py runs (llm-foundry's) matter only when some are asked for.
+    unreadable = [u for u in setup.unreadable if u != "extras_require" or extras]
+    if unreadable:
         raise RequestError(
-            f"{rel}: {', '.join(setup.unreadable)} of its setup() call is not a literal "
+            f"{rel}: {', '.join(unreadable)} of its setup() call is not a literal "
             "(computed when setup.py runs, which envbuild never does)",
-            hint="list the project's dependencies in [packages] requirements (or in a "
-            "requirements file named in [packages] files), and drop setup.py from files",
+            hint="list the project's dependencies in [packages] requirements (the framework's "
+            "own range goes in [framework] requirement), or in a requirements file named in "
+            "[packages] files, and drop setup.py from files",
             fields={"path": rel},
         )
     reader.files[rel] = file_sha256(path)

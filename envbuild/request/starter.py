@@ -16,6 +16,7 @@ from envbuild.core.documents import toml_loads
 from envbuild.core.errors import EnvbuildError
 from envbuild.core.fsio import read_input
 from envbuild.request.project import dynamic_files
+from envbuild.request.setuptools_static import read_setup_py
 
 _FRAMEWORK_NAME_RE = re.compile(r"""(?im)(?:^|["'\s,\[])(torch|jax|tensorflow)(?![\w.-])""")
 # Requirements files by another name (requirements-gpu.txt, requirements/base.txt), but not the
@@ -91,8 +92,20 @@ def _starter(folder: Path) -> tuple[str | None, str]:
         return "uv.lock", names
     if names is not None:
         return "pyproject.toml", names
-    found = _requirements_file(folder) or ("setup.py" if (folder / "setup.py").is_file() else None)
+    found = _requirements_file(folder) or ("setup.py" if _readable_setup_py(folder) else None)
     return found, (_small_text(folder / found) or "") if found is not None else ""
+
+
+def _readable_setup_py(folder: Path) -> bool:
+    """A setup.py whose install_requires and python_requires can be read without running it
+    (`setuptools_static`; extras built by code matter only when asked for)."""
+    if not (folder / "setup.py").is_file():
+        return False
+    try:
+        setup = read_setup_py(folder / "setup.py", "setup.py")
+    except (OSError, EnvbuildError):
+        return False
+    return not [u for u in setup.unreadable if u != "extras_require"]
 
 
 def starter_request(folder: Path) -> str:
@@ -115,6 +128,12 @@ def starter_request(folder: Path) -> str:
         said += (
             " (environment.yml is conda's and is not read: list its pip packages in a "
             "requirements.txt and name it in [packages] files)"
+        )
+    elif found is None and (folder / "setup.py").is_file():
+        said += (
+            " (setup.py computes its install_requires when it runs, which envbuild never "
+            "does: list them in [packages] requirements, the framework's range in [framework] "
+            "requirement)"
         )
     elif found is None and _is_poetry(folder):
         said += (

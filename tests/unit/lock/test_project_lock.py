@@ -715,6 +715,22 @@ def test_setup_py_with_computed_requirements_is_refused(
     assert uv.calls == []
 
 
+def test_setup_py_names_its_literal_list(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """llm-foundry's shape: `install_requires=install_requires` is read; extras built by code
+    stop only a request that asks for one."""
+    image, uv = setup(monkeypatch, tmp_path, "")
+    _fixture_project(tmp_path, "setup-py-names")
+    _with_packages(
+        image, '[packages]\nfiles = ["../../app/setup.py"]\n', '[project]\npath = "../../app"\n'
+    )
+    lock_use_case.lock_image(image)
+    assert requirement_lines(uv)[:3] == ["torch==2.10.0", "einops>=0.8", "tqdm>=4.66"]
+    lock_use_case.check_image(image)
+    _with_packages(image, '[packages]\nfiles = ["../../app/setup.py"]\nextras = ["dev"]\n')
+    with pytest.raises(RequestError, match=r"extras_require of its setup\(\) call is not a"):
+        lock_use_case.lock_image(image)
+
+
 def test_flat_layout_setuptools_refuses_is_refused_at_lock_time(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

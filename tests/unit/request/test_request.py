@@ -384,6 +384,20 @@ def test_missing_folder_and_file(tmp_path: Path) -> None:
             {"environment.yml": "dependencies:\n  - pytorch\n", "train.py": ""},
             "environment.yml is conda's and is not read",
         ),
+        # A setup.py that hands setup() a top-level list by name (llm-foundry) is read...
+        (
+            {
+                "setup.py": "reqs = ['torch>=2.7']\nx = {}\nx['a'] = []\n"
+                "setup(install_requires=reqs, extras_require=x)\n"
+            },
+            '[packages] files = ["setup.py"]',
+        ),
+        # ... one that computes it is not named, and the hint says what to write instead.
+        (
+            {"setup.py": "setup(install_requires=open('r.txt').read().split())\n"},
+            '[framework] requirement = "torch" and [project] path = "." (setup.py computes its '
+            "install_requires when it runs",
+        ),
     ],
 )
 def test_a_missing_request_names_the_smallest_one_for_the_folder(

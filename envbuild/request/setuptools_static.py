@@ -119,12 +119,16 @@ def read_setup_py(path: Path, rel: str) -> SetupPy:
         return SetupPy(unreadable=("setup()",))
     args: dict[str, Any] = {}
     unreadable: list[str] = []
+    constants = _module_constants(tree)
     for kw in call.keywords:
         if kw.arg is None:  # setup(**options): anything may be in it
             unreadable.append("**" + ast.unparse(kw.value))
             continue
+        value = kw.value
+        if isinstance(value, ast.Name) and value.id in constants:
+            value = constants[value.id]  # `install_requires=install_requires` (llm-foundry)
         try:
-            args[kw.arg] = ast.literal_eval(kw.value)
+            args[kw.arg] = ast.literal_eval(value)
         except (ValueError, TypeError, MemoryError, RecursionError):
             # TypeError: a literal that cannot be built (`{["a"]: ...}`, an unhashable key)
             args[kw.arg] = None
@@ -148,6 +152,51 @@ def read_setup_py(path: Path, rel: str) -> SetupPy:
         explicit_layout=any(k in args for k in LAYOUT_KEYS),
         unreadable=tuple(unreadable),
     )
+
+
+def _module_constants(tree: ast.Module) -> dict[str, ast.expr]:
+    """The names a setup.py binds once, at its top level, and never touches again: `NAME =
+    <value>` (or annotated), with NAME stored nowhere else (no other assignment, augmented
+    assignment, loop or `with` target), never deleted, never declared `global`, no item or
+    attribute of it stored, and no method called on it (`NAME.append(...)`): the value
+    setup() gets is the one written. Whether it is a literal is `literal_eval`'s to say."""
+    bound: dict[str, ast.expr] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            target, value = node.target, node.value
+        else:
+            continue
+        if isinstance(target, ast.Name):
+            bound[target.id] = value
+    stores: dict[str, int] = {}
+    touched: set[str] = set()
+    for walked in ast.walk(tree):
+        if isinstance(walked, ast.Name) and isinstance(walked.ctx, ast.Store):
+            stores[walked.id] = stores.get(walked.id, 0) + 1
+        elif isinstance(walked, ast.Name) and isinstance(walked.ctx, ast.Del):
+            touched.add(walked.id)
+        elif isinstance(walked, (ast.Subscript, ast.Attribute)) and not isinstance(
+            walked.ctx, ast.Load
+        ):
+            touched.add(_root_name(walked))  # NAME[k] = v, NAME.x = v, del NAME[k]
+        elif isinstance(walked, ast.Call) and isinstance(walked.func, ast.Attribute):
+            touched.add(_root_name(walked.func))  # NAME.append(...), NAME["k"].extend(...)
+        elif isinstance(walked, (ast.Global, ast.Nonlocal)):
+            touched.update(walked.names)
+    return {
+        name: value
+        for name, value in bound.items()
+        if stores.get(name) == 1 and name not in touched
+    }
+
+
+def _root_name(node: ast.expr) -> str:
+    """`a` of `a[1].b`, `a.b.c(...)`; "" when it starts elsewhere (a call's result, a literal)."""
+    while isinstance(node, (ast.Subscript, ast.Attribute, ast.Call)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else ""
 
 
 def _setup_call(tree: ast.Module) -> ast.Call | None:
