@@ -141,7 +141,40 @@ def starter_request(folder: Path) -> str:
             "--format requirements.txt --output requirements.txt, then name requirements.txt "
             "in [packages] files)"
         )
+    elif found is None and (imported := _third_party_imports(folder)):
+        said += (
+            f" (no dependency file found, and its code imports {', '.join(imported)}: list "
+            "their packages in [packages] requirements)"
+        )
     return said
+
+
+_SCANNED = 50  # top-level .py files read for a hint, at most
+
+
+def _third_party_imports(folder: Path) -> list[str]:
+    """The top-level modules the folder's own .py files import that are neither the standard
+    library's, nor the folder's own, nor a framework (the request names that): what a project
+    without a dependency file (karpathy/nanoGPT) needs listed. Import names, said as such
+    (PyYAML is imported as yaml); parsed, never run."""
+    import ast
+    import sys
+
+    files = sorted(p for p in folder.glob("*.py") if p.is_file())[:_SCANNED]
+    own = {p.stem for p in folder.glob("*.py")} | {p.name for p in folder.iterdir() if p.is_dir()}
+    skip = set(sys.stdlib_module_names) | own | {"__future__", "torch", "jax", "tensorflow"}
+    found: set[str] = set()
+    for path in files:
+        try:
+            tree = ast.parse(_small_text(path) or "")
+        except (SyntaxError, ValueError, MemoryError, RecursionError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                found.update(a.name.split(".")[0] for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                found.add(node.module.split(".")[0])
+    return sorted(found - skip)
 
 
 def _is_poetry(folder: Path) -> bool:

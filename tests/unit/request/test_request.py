@@ -398,6 +398,17 @@ def test_missing_folder_and_file(tmp_path: Path) -> None:
             '[framework] requirement = "torch" and [project] path = "." (setup.py computes its '
             "install_requires when it runs",
         ),
+        # No dependency file at all (karpathy/nanoGPT): the code's own imports are named.
+        (
+            {
+                "train.py": "import os, numpy as np\nfrom tiktoken import get_encoding\n"
+                "import torch.nn\nfrom model import GPT\nfrom . import rel\n",
+                "model.py": "import math\nimport inspect\nfrom transformers import X\n",
+                "broken.py": "def (:\n",
+            },
+            "(no dependency file found, and its code imports numpy, tiktoken, transformers: "
+            "list their packages in [packages] requirements)",
+        ),
     ],
 )
 def test_a_missing_request_names_the_smallest_one_for_the_folder(
