@@ -149,6 +149,8 @@ def _print(outcome: LockOutcome) -> None:
     console.line(
         f"  base: {stack.base_image.ref}" + ("" if outcome.lock.base_digest else " (unpinned)")
     )
+    if stack.floors is not None:
+        console.line("  " + _driver_line(stack.floors.effective, outcome.lock.targets.driver))
     if outcome.left_out:
         from envbuild.request.sourcetree import left_out_line
 
@@ -163,6 +165,17 @@ def _print(outcome: LockOutcome) -> None:
                 else f"compiled for {' '.join(source['cuda_archs'])} with {source['toolchain']}"
             )
         )
+
+
+def _driver_line(floor: str, oldest: str | None) -> str:
+    """The driver the hosts need: the first thing to check on a GPU host, so said on the
+    console, not only in the lock's notes."""
+    if oldest is not None:
+        return f"driver: >= {floor} on every host ([targets] driver {oldest} meets it)"
+    return (
+        f"driver: >= {floor} on every host (no [targets] driver given: name the oldest "
+        "driver of your hosts there, and the lock picks a stack that runs on it)"
+    )
 
 
 def _built_from_source(lock: Lock) -> list[dict[str, Any]]:

@@ -281,6 +281,7 @@ def test_lock_without_an_engine_records_the_row(
         f"wrote {image}/envbuild.lock: torch 2.10.0a0+b4e4ee81d3 (base), CUDA 13.1, "
         "Python 3.12, 0 packages\n"
         f"  base: {REF}\n"
+        "  driver: >= 580 on every host ([targets] driver 580.95.05 meets it)\n"
     )
     assert result.stderr == (
         f"warning: {REF}: facts from the matrix row matrix/ngc.toml: image[1] ({REF}) "
@@ -299,6 +300,29 @@ def test_lock_without_an_engine_records_the_row(
     text = render_dockerfile(lock, options=RenderOptions())
     assert f"FROM {REF}@{digest}\n" in text
     assert 'exec %s "$@"\\n\' python3 > /opt/envbuild/bin/python' in text
+
+
+def test_lock_without_a_driver_says_the_floor_on_the_console(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The driver is the first thing to check on a host (nanotron's default lock needed >= 580
+    and said so only in the lock's notes)."""
+    import envbuild.app.inputs
+    import envbuild.engine.registry
+
+    monkeypatch.setattr(envbuild.engine.registry, "registry_digest", lambda ref, timeout=5.0: None)
+    monkeypatch.setattr(envbuild.app.inputs, "make_engine", lambda **kw: Unreachable())
+    image = tmp_path / "ngc"
+    image.mkdir()
+    (image / "envbuild.toml").write_text(
+        f'[image]\nbase = "{REF}"\n\n[framework]\nrequirement = "torch"\n'
+    )
+    result = CliRunner().invoke(cli, ["lock", str(image)])
+    assert result.exit_code == 0, result.stderr
+    assert (
+        "  driver: >= 590.44.01 on every host (no [targets] driver given: name the oldest driver of "
+        "your hosts there, and the lock picks a stack that runs on it)\n"
+    ) in result.stdout
 
 
 def test_a_probe_that_contradicts_the_row_is_exit_2_naming_both(
