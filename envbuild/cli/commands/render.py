@@ -89,6 +89,15 @@ def command(
         click.echo(f"wrote {result.output}", err=True)
     if result.context is not None:
         click.echo(f"wrote {result.context} ({result.context_files} files)", err=True)
+    else:
+        # The Dockerfile COPYs files only the context holds (requirements.lock, payload/, the
+        # project's code): `docker build` beside the request alone fails.
+        click.echo(
+            f"note: it builds from its context: write both with `envbuild render {image_dir} "
+            f"-o build/Dockerfile --context build/`, or build, smoke-test and tag with "
+            f"`envbuild image {image_dir}`",
+            err=True,
+        )
     if result.left_out:
         from envbuild.request.sourcetree import left_out_line
 

@@ -574,6 +574,23 @@ def test_cli_writes_the_context_as_a_folder_and_replaces_an_earlier_one(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ctx", "img"]  # no temp folders left
 
 
+def test_cli_says_a_printed_dockerfile_needs_its_context(locked_dir: Path) -> None:
+    """A new user who pipes the printout to `docker build .` beside the request finds no
+    requirements.lock: stderr names the two commands that work (stdout stays the Dockerfile)."""
+    from click.testing import CliRunner
+
+    from envbuild.cli.main import cli
+
+    result = CliRunner().invoke(cli, ["render", str(locked_dir)])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("# ") and "note:" not in result.stdout
+    assert (
+        f"note: it builds from its context: write both with `envbuild render {locked_dir} -o "
+        f"build/Dockerfile --context build/`, or build, smoke-test and tag with `envbuild image "
+        f"{locked_dir}`\n"
+    ) in result.stderr
+
+
 def test_cli_refuses_to_overwrite_a_folder_that_is_not_a_context(
     locked_dir: Path, tmp_path: Path
 ) -> None:
