@@ -672,7 +672,8 @@ def installer_requirement(lock: Lock) -> str:
 def requirements_text(lock: Lock) -> str:
     """`name==version --hash=sha256:...` for every locked package (pip hash-checking mode); a
     direct-URL package as `name @ URL --hash=...` (its file, not an index, holds it)."""
-    lines = [f"# {lock.name}: installed with pip --require-hashes --no-deps (from envbuild.lock)"]
+    # The same flags for uv and pip, whichever the image installs with (macros.j2 `install`).
+    lines = [f"# {lock.name}: installed with --require-hashes --no-deps (from envbuild.lock)"]
     direct = {
         p.name: check_url(p.source, f"URL of {p.name}")
         for p in lock.packages
