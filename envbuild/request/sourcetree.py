@@ -521,6 +521,28 @@ def _shape(entry: LeftOut) -> str:
     return f"{shape} {OVER_SIZE}" if entry.why == OVER_SIZE else shape
 
 
+_PLAIN_PATH = re.compile(r"[A-Za-z0-9._+-]+(?:/[A-Za-z0-9._+-]+)*")
+
+
+def keep_hint(entries: Sequence[LeftOut]) -> str:
+    """How to bring back a file that the checkout's own ignore files left out (llm-foundry's
+    `*.jsonl*` in .gitignore drops a tracked example dataset its config names): the request's
+    `[project] ignore` re-includes it, written as the rule that does, for the first such file;
+    "" when none was. Docker's rules are anchored at the top, so the path is written whole."""
+    for entry in entries:
+        source = entry.why.split(": ", 1)[0]
+        if (
+            entry.size is not None
+            and source.endswith((".gitignore", ".dockerignore"))
+            # Written into a TOML string and a Docker rule as it is: no quote, escape or glob.
+            and _PLAIN_PATH.fullmatch(entry.path)
+        ):
+            kind = PurePosixPath(entry.path).suffix
+            every = f' (every {kind} file: "!**/*{kind}")' if kind else ""
+            return f'keep {entry.path} with [project] ignore = ["!{entry.path}"]{every}'
+    return ""
+
+
 def left_out_line(entries: Sequence[LeftOut], shown: int = 5) -> str:
     """ "left out of /app: 3 files, 212 MiB, 1 folder (data/*.bin over 10 MiB; .git/)"; ""
     when nothing was left out. A group of one file is named by its path."""

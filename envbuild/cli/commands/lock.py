@@ -152,9 +152,11 @@ def _print(outcome: LockOutcome) -> None:
     if stack.floors is not None:
         console.line("  " + _driver_line(stack.floors.effective, outcome.lock.targets.driver))
     if outcome.left_out:
-        from envbuild.request.sourcetree import left_out_line
+        from envbuild.request.sourcetree import keep_hint, left_out_line
 
         console.line("  " + left_out_line(outcome.left_out))
+        if keep := keep_hint(outcome.left_out):
+            console.line("    " + keep)
     for source in _built_from_source(outcome.lock):
         console.line(
             f"  from source: {source['name']} {source['version']} (no wheel fits; sdist "

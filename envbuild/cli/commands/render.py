@@ -99,6 +99,8 @@ def command(
             err=True,
         )
     if result.left_out:
-        from envbuild.request.sourcetree import left_out_line
+        from envbuild.request.sourcetree import keep_hint, left_out_line
 
         click.echo(left_out_line(result.left_out), err=True)
+        if keep := keep_hint(result.left_out):
+            click.echo("  " + keep, err=True)

@@ -222,3 +222,32 @@ def test_a_docker_rule_that_cannot_match_is_refused_naming_it(tmp_path: Path) ->
         sourcetree.survey(tmp_path, ("[z-a]",))
     with pytest.raises(RequestError, match="not a valid pattern"):
         sourcetree.top_level(tmp_path, ("data\\",))
+
+
+def test_the_keep_hint_brings_back_what_the_checkouts_gitignore_left_out(tmp_path: Path) -> None:
+    """llm-foundry's shape: `*.jsonl*` in its .gitignore drops a tracked example dataset that
+    its config names. The hint's rule, written into [project] ignore as printed, keeps it."""
+    project = tmp_path / "proj"
+    (project / "scripts" / "train").mkdir(parents=True)
+    (project / ".gitignore").write_text("*.jsonl*\n")
+    (project / "scripts" / "train" / "train.jsonl").write_text("{}\n")
+    (project / "data.jsonl").write_text("{}\n")
+    (project / "it's.jsonl").write_text("{}\n")  # no plain rule for a quote in a TOML string
+    found = sourcetree.survey(project, [])
+    hint = sourcetree.keep_hint(found.left_out)
+    assert hint == (
+        'keep data.jsonl with [project] ignore = ["!data.jsonl"] (every .jsonl file: "!**/*.jsonl")'
+    )
+    assert "data.jsonl" in sourcetree.survey(project, ["!data.jsonl"]).kept
+    every = sourcetree.survey(project, ["!**/*.jsonl"]).kept
+    assert {"data.jsonl", "scripts/train/train.jsonl", "it's.jsonl"} <= set(every)
+
+
+def test_no_keep_hint_for_what_envbuild_itself_leaves_out(tmp_path: Path) -> None:
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "id_rsa.key").write_text("x")  # a secret by its name: envbuild's own rule
+    (project / "big.bin").write_bytes(b"\0" * (sourcetree.MAX_FILE_BYTES + 1))
+    found = sourcetree.survey(project, [])
+    assert {e.path for e in found.left_out} >= {"id_rsa.key", "big.bin"}
+    assert sourcetree.keep_hint(found.left_out) == ""
