@@ -142,14 +142,17 @@ def starter_request(folder: Path) -> str:
             "in [packages] files)"
         )
     elif found is None and (imported := _third_party_imports(folder)):
+        more = len(imported) - _NAMED
+        names = ", ".join(imported[:_NAMED]) + (f" and {more} more" if more > 0 else "")
         said += (
-            f" (no dependency file found, and its code imports {', '.join(imported)}: list "
-            "their packages in [packages] requirements)"
+            f" (no dependency file found, and its code imports {names}: list their packages "
+            "in [packages] requirements)"
         )
     return said
 
 
 _SCANNED = 50  # top-level .py files read for a hint, at most
+_NAMED = 12  # imports named in it, at most
 
 
 def _third_party_imports(folder: Path) -> list[str]:
@@ -160,7 +163,9 @@ def _third_party_imports(folder: Path) -> list[str]:
     import ast
     import sys
 
-    files = sorted(p for p in folder.glob("*.py") if p.is_file())[:_SCANNED]
+    # Its own files only: a symlink may point anywhere.
+    files = sorted(p for p in folder.glob("*.py") if p.is_file() and not p.is_symlink())
+    files = files[:_SCANNED]
     own = {p.stem for p in folder.glob("*.py")} | {p.name for p in folder.iterdir() if p.is_dir()}
     skip = set(sys.stdlib_module_names) | own | {"__future__", "torch", "jax", "tensorflow"}
     found: set[str] = set()

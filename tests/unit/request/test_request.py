@@ -425,6 +425,20 @@ def test_a_missing_request_names_the_smallest_one_for_the_folder(
     assert expect in err.value.hint
 
 
+def test_the_imports_named_are_the_folders_own_and_at_most_twelve(tmp_path: Path) -> None:
+    outside = tmp_path / "elsewhere.py"
+    outside.write_text("import secretlib\n")
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "link.py").symlink_to(outside)  # not the folder's own file: not read
+    (project / "train.py").write_text("".join(f"import mod{i:02d}\n" for i in range(15)))
+    with pytest.raises(RequestError) as err:
+        load_request(project)
+    names = ", ".join(f"mod{i:02d}" for i in range(12))
+    assert f"its code imports {names} and 3 more: list" in err.value.hint
+    assert "secretlib" not in err.value.hint
+
+
 def test_a_fifo_named_like_a_dependency_file_is_not_read_for_the_hint(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "requirements.txt")
     with pytest.raises(RequestError) as err:
