@@ -102,6 +102,10 @@ def lock(
     runs uv (`envbuild.lock.headstart` passes one that may have started it already)."""
     if check:
         return check_image(image_dir, matrix_overlay=matrix_overlay)
+    # What of the project goes into /app, decided before anything is written: a project the
+    # build could not copy (a symlink out of it, Megatron-LM's .agents/skills) stops the lock
+    # with no envbuild.lock left behind for `lock --check` to call fresh.
+    survey = sourcetree.project_survey(load_request(image_dir).project, image_dir)
     outcome = lock_image(
         image_dir,
         upgrade=upgrade,
@@ -110,10 +114,9 @@ def lock(
         matrix_overlay=matrix_overlay,
         runner=runner,
     )
-    # Said at lock time, before a build copies the code: what of the project stays out.
-    survey = sourcetree.project_survey(outcome.lock.project, image_dir)
     if survey is None:
         return outcome
+    # Said at lock time, before a build copies the code: what of the project stays out.
     return dataclasses.replace(outcome, left_out=survey.left_out)
 
 

@@ -660,10 +660,17 @@ def _refuse_link(link: Path, rel: str, root: Path) -> Path:
         ) from None
     if target.is_file() and root in target.parents:
         return target
+    inside = target == root or root in target.parents
+    what = (
+        "a folder inside the project (only links to files are followed: its files are "
+        "copied from where they are)"
+        if inside and target.is_dir()
+        else "outside the project folder or not a file"
+    )
+    rule = f' ([project] ignore = ["{rel}"])' if _PLAIN_PATH.fullmatch(rel) else ""
     raise UserError(
-        f"the project file {rel} is a symlink to {target}, outside the project folder or "
-        "not a file",
-        hint="copy what it points at into the project, or add it to [project] ignore",
+        f"the project file {rel} is a symlink to {target}, {what}",
+        hint=f"add it to [project] ignore{rule}, or copy what it points at into the project",
         fields={"path": rel, "target": str(target)},
     )
 

@@ -78,12 +78,15 @@ def test_a_symlink_loop_in_the_project_folder_is_exit_2(tmp_path: Path, link: st
     image = _image(
         tmp_path, 'requirements = ["numpy<3"]', {"x.py": "print(1)\n"}, '\n[project]\npath = "."\n'
     )
+    assert _lock(tmp_path, image).code == 0  # type: ignore[attr-defined]
+    before = (image / "envbuild.lock").read_bytes()
     if link == "self":
         os.symlink("self", image / "self")
     else:
         os.symlink("b", image / "a")
         os.symlink("a", image / "b")
     assert_clear_error(_lock(tmp_path, image), 2, names="symlink loop")  # type: ignore[arg-type]
+    assert (image / "envbuild.lock").read_bytes() == before  # the stopped lock wrote nothing
     out = run("render", str(image), "--context", str(tmp_path / "ctx"))
     assert_clear_error(out, 2, names="symlink loop")
 

@@ -18,7 +18,13 @@ from typing import Any
 import pytest
 
 from envbuild.app import lock as lock_use_case
-from envbuild.core.errors import PinError, RequestError, StaleLockError, UnsatisfiableError
+from envbuild.core.errors import (
+    EnvbuildError,
+    PinError,
+    RequestError,
+    StaleLockError,
+    UnsatisfiableError,
+)
 from envbuild.lock import format as lockfile
 from envbuild.lock.pins import RunResult
 from tests.unit.lock.test_lockfile import (
@@ -674,6 +680,38 @@ def test_project_without_pyproject_or_setup_py_is_copied_only(
     (tmp_path / "app" / "setup.py").write_text("from setuptools import setup\nsetup()\n")
     with pytest.raises(StaleLockError):
         lock_use_case.check_image(image)
+
+
+def test_a_project_the_build_could_not_copy_stops_the_lock_before_it_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Megatron-LM's shape: a symlinked folder (.agents/skills -> ../skills). The lock stopped
+    (exit 2) only after envbuild.lock was written, and `lock --check` then called it fresh."""
+    image, uv = setup(monkeypatch, tmp_path, "")
+    app = _fixture_project(tmp_path, "no-build-files")
+    (app / "skills").mkdir()
+    (app / ".agents").mkdir()
+    (app / ".agents" / "skills").symlink_to("../skills", target_is_directory=True)
+    _with_packages(
+        image, '[packages]\nrequirements = ["numpy<3"]\n', '[project]\npath = "../../app"\n'
+    )
+    with pytest.raises(EnvbuildError) as info:
+        lock_use_case.lock(image_dir=image)
+    assert info.value.message.endswith(
+        "is a symlink to " + str(app / "skills") + ", a folder inside the project (only links "
+        "to files are followed: its files are copied from where they are)"
+    )
+    assert info.value.hint.startswith('add it to [project] ignore ([project] ignore = [".agents')
+    assert not (image / "envbuild.lock").exists()
+    assert uv.calls == []  # stopped before anything was resolved or pinned
+    # The hint, followed: the lock is written.
+    _with_packages(
+        image,
+        '[packages]\nrequirements = ["numpy<3"]\n',
+        '[project]\npath = "../../app"\nignore = [".agents/skills"]\n',
+    )
+    lock_use_case.lock(image_dir=image)
+    assert (image / "envbuild.lock").exists()
 
 
 def test_setup_py_only_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
