@@ -579,9 +579,8 @@ def _resolve_keeping(
     builds from the `unreachable` indexes are left out (envbuild.app.lock_reach)."""
 
     def resolve(req: Request) -> Stack | Unsatisfiable:
-        if unreachable:
-            return resolver.resolve(req, matrix, unreachable=unreachable)
-        return resolver.resolve(req, matrix)
+        # Ways out in the request's own words: a lock is changed through envbuild.toml.
+        return resolver.resolve(req, matrix, unreachable=unreachable, words="keys")
 
     framework_requirement = Requirement(request.framework)
     framework_name = canonicalize_name(framework_requirement.name)

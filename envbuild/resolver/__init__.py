@@ -106,15 +106,18 @@ def resolve(
     hosts: Sequence[Host] = (),
     *,
     unreachable: AbstractSet[str] = frozenset(),
+    words: str = "flags",
 ) -> Stack | Unsatisfiable:
     """The stack the request runs on, on every target, or why nothing fits (module docstring).
 
     `unreachable`: index URLs that do not answer (what `envbuild lock` found); builds that
     install only from them are left out unless `[indexes] framework_index = "index"`.
+    `words`: how the ways out name a change, "flags" (`envbuild resolve`'s) or "keys" (an
+    envbuild.toml's, for `envbuild lock`).
     Raises UserError (exit 2) for bad input: an unknown GPU, framework, OS or flavour, a
     malformed version or range.
     """
-    ctx = _prepare(request, matrix, hosts, frozenset(unreachable))
+    ctx = _prepare(request, matrix, hosts, frozenset(unreachable), words)
     outcome = _search(ctx, first_only=True)
     if outcome.fits:
         return _stack(ctx, outcome.fits[0], outcome)

@@ -142,6 +142,9 @@ class _Ctx:
     unreachable: frozenset[str] = frozenset()
     """Index URLs that did not answer (the lock's probe): builds from them are left out,
     except under framework_index = "index"."""
+    words: str = "flags"
+    """How ways out name a change: "flags" (`envbuild resolve`) or "keys" (an envbuild.toml's,
+    for `envbuild lock`): `explain.WORDS`."""
     memo: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
     """Per-resolve memo of answers that do not depend on the fields alternatives change."""
 

@@ -19,6 +19,40 @@ from envbuild.resolver.context import (
 )
 from envbuild.resolver.search import _search
 
+WORDS: dict[str, dict[str, str]] = {
+    # How a way out names the change it checked: as `envbuild resolve` takes it, or as an
+    # envbuild.toml says it (what `envbuild lock` is given). One table for both.
+    "flags": {
+        "framework": "--framework '{}'",
+        "driver": "--driver {}",
+        "python": "--python {}",
+        "drop python": "--python",
+        "drop os": "--os",
+        "drop cuda_spec": "--cuda",
+        "drop flavour": "--flavour",
+        "drop variants": "the extra in --framework",
+        "minor compat": "drop --strict-compat",
+        "framework index": "or drop --framework-index",
+    },
+    "keys": {
+        "framework": '[framework] requirement = "{}"',
+        "driver": '[targets] driver = "{}"',
+        "python": '[image] python = "{}"',
+        "drop python": "[image] python",
+        "drop os": "[image] os",
+        "drop cuda_spec": "[framework] cuda",
+        "drop flavour": "[image] flavour",
+        "drop variants": "the extra in [framework] requirement",
+        "minor compat": 'drop [targets] compat = "strict"',
+        "framework index": "or drop it",
+    },
+}
+
+
+def _say(ctx: _Ctx, change: str, value: str = "") -> str:
+    return WORDS[ctx.words][change].format(value)
+
+
 MAX_REASON_LINES = 14
 """Per-release reasons beyond this are summarised in one line (newest releases come first)."""
 
@@ -88,7 +122,11 @@ def _older_drivers(ctx: _Ctx, retired: list[_Target]) -> list[str]:
         alts.append(
             f"an older driver on the {t.label} hosts: branch R{last} or older (R{last} is the "
             f"last for {t.arch.family})"
-            + (f"; with --driver {last} {_fit_label(ctx, fit)} fits" if fit else "")
+            + (
+                f"; with {_say(ctx, 'driver', str(last))} {_fit_label(ctx, fit)} fits"
+                if fit
+                else ""
+            )
         )
         rest = tuple(x for x in ctx.targets if x is not t)
         if rest:
@@ -133,7 +171,8 @@ def _other_versions(ctx: _Ctx, outcome: _Outcome) -> list[str]:
         s = _series(f.build, f.release)
         pin = f"{s}.*" if s != f.release.version else s
         alts.append(
-            f"another {fw} version: {_fit_label(ctx, f)} fits (--framework '{asked_fw}=={pin}')"
+            f"another {fw} version: {_fit_label(ctx, f)} fits "
+            f"({_say(ctx, 'framework', f'{asked_fw}=={pin}')})"
         )
     return alts
 
@@ -176,7 +215,7 @@ def _looser_requests(ctx: _Ctx) -> list[str]:
         minor = _best(replace(ctx, policy="minor"))
         if minor and minor.floors:
             alts.append(
-                "allow minor-version compatibility (drop --strict-compat): "
+                f"allow minor-version compatibility ({_say(ctx, 'minor compat')}): "
                 f"{_fit_label(ctx, minor)} fits with driver >= {minor.floors.effective}"
             )
     # Drop one GPU from the image (one image per GPU group instead).
@@ -190,11 +229,11 @@ def _looser_requests(ctx: _Ctx) -> list[str]:
                     f"{_fit_label(ctx, fewer)} fits the other GPUs"
                 )
     for what, changed, flag in (
-        ("python", replace(ctx, python=None), "--python"),
-        ("os", replace(ctx, os=None), "--os"),
-        ("cuda_spec", replace(ctx, cuda_spec=None), "--cuda"),
-        ("flavour", replace(ctx, flavour="auto"), "--flavour"),
-        ("variants", replace(ctx, variants=()), "the extra in --framework"),
+        ("python", replace(ctx, python=None), _say(ctx, "drop python")),
+        ("os", replace(ctx, os=None), _say(ctx, "drop os")),
+        ("cuda_spec", replace(ctx, cuda_spec=None), _say(ctx, "drop cuda_spec")),
+        ("flavour", replace(ctx, flavour="auto"), _say(ctx, "drop flavour")),
+        ("variants", replace(ctx, variants=()), _say(ctx, "drop variants")),
     ):
         if getattr(ctx, what) in (None, "auto", ()):
             continue
@@ -220,12 +259,15 @@ def _shipped_pythons(ctx: _Ctx) -> list[str]:
     if gil and same:
         how = " (a managed Python)" if same.python_build else ""
         out.append(
-            f"--python {gil}: {_fit_label(ctx, same)} fits on {same.osimg.os}{how}, with the GIL"
+            f"{_say(ctx, 'python', gil)}: {_fit_label(ctx, same)} fits on {same.osimg.os}{how}, "
+            "with the GIL"
         )
     for python in sorted({o.python for o in rows}, key=_major_minor, reverse=True):
         fit = _best(replace(ctx, python=python)) if python != gil else None
         if fit:
-            out.append(f"--python {python}: {_fit_label(ctx, fit)} fits on {fit.osimg.os}")
+            out.append(
+                f"{_say(ctx, 'python', python)}: {_fit_label(ctx, fit)} fits on {fit.osimg.os}"
+            )
     return out
 
 
@@ -269,7 +311,7 @@ def _other_index(ctx: _Ctx) -> list[str]:
     where = fit.build.index_url or "PyPI"
     if ctx.framework_index == "pypi":
         return [
-            f'allow the framework\'s own index ([indexes] framework_index = "auto", or drop '
-            f"--framework-index): {_fit_label(ctx, fit)} fits, from {where}"
+            f'allow the framework\'s own index ([indexes] framework_index = "auto", '
+            f"{_say(ctx, 'framework index')}): {_fit_label(ctx, fit)} fits, from {where}"
         ]
     return [f"once {where} answers: {_fit_label(ctx, fit)} fits, from it"]

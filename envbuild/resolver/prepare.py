@@ -34,6 +34,7 @@ def _prepare(
     matrix: Matrix,
     hosts: Sequence[Host],
     unreachable: frozenset[str] = frozenset(),
+    words: str = "flags",
 ) -> _Ctx:
     """The request (already checked by `request.check_request`) against the matrix and the
     hosts; UserError (exit 2) for a framework, variant, OS or GPU the matrix does not know."""
@@ -67,6 +68,7 @@ def _prepare(
         pre_notes=tuple(notes),
         framework_index=request.indexes.framework_index,
         unreachable=unreachable,
+        words=words,
     )
 
 

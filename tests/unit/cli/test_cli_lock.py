@@ -153,7 +153,12 @@ def _index_and_pypi_stacks(monkeypatch: pytest.MonkeyPatch) -> list[frozenset[st
     calls: list[frozenset[str]] = []
 
     def resolve(
-        req: object, m: object, hosts: object = (), *, unreachable: frozenset[str] = frozenset()
+        req: object,
+        m: object,
+        hosts: object = (),
+        *,
+        unreachable: frozenset[str] = frozenset(),
+        words: str = "flags",
     ) -> object:
         calls.append(frozenset(unreachable))
         # A kept pick (the framework pinned to 2.10.0) is the PyPI build, as in the matrix.

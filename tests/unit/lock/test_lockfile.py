@@ -170,7 +170,7 @@ def install_fakes(
     fixed_stack = stack or demo_stack()
     fake = uv or FakeUv()
     monkeypatch.setattr(envbuild.matrix, "load_matrix_from", lambda overlay: fixed_matrix)
-    monkeypatch.setattr(envbuild.resolver, "resolve", lambda req, m, hosts=(): fixed_stack)
+    monkeypatch.setattr(envbuild.resolver, "resolve", lambda req, m, hosts=(), **kw: fixed_stack)
     monkeypatch.setattr(envbuild.lock.pins, "run_subprocess", fake)
     monkeypatch.setattr(envbuild.lock.pins, "find_uv", lambda: "uv")
     monkeypatch.setattr(envbuild.engine.registry, "registry_digest", lambda ref, timeout=5.0: None)
@@ -322,7 +322,7 @@ def test_relock_keeps_locked_framework_version(
     lock_use_case.lock_image(image)
     seen: list[str] = []
 
-    def newest(req: Any, m: Any, hosts: Any = ()) -> Stack:
+    def newest(req: Any, m: Any, hosts: Any = (), **kw: Any) -> Stack:
         seen.append(req.framework)
         pinned = req.framework.partition("==")[2]
         return demo_stack(pinned or "2.10.1")

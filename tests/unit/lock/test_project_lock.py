@@ -423,7 +423,7 @@ def test_project_range_narrows_the_framework(
     image, _ = setup(monkeypatch, tmp_path, "")
     seen: list[str] = []
 
-    def resolve(req: Any, m: Any, hosts: Any = ()) -> Any:
+    def resolve(req: Any, m: Any, hosts: Any = (), **kw: Any) -> Any:
         seen.append(req.framework)
         return demo_stack()
 

@@ -177,3 +177,73 @@ def test_the_resolve_flag_and_the_request_key_agree(tmp_path: Path) -> None:
         '[framework]\nrequirement = "torch"\n[indexes]\nframework_index = "pypi"\n'
     )
     assert load_request(tmp_path).indexes == _request(framework_index="pypi").indexes
+
+
+# --- the same ways out, in an envbuild.toml's words (what `envbuild lock` prints) --------------
+
+
+def _case_request(rq: dict[str, Any]) -> Any:
+    """A case's request as `envbuild resolve` builds it from its flags."""
+    from envbuild.request.parse import request_from_flags
+
+    return request_from_flags(
+        framework=rq.get("framework", "torch"),
+        gpus=tuple(rq.get("gpus", ())),
+        driver=rq.get("driver"),
+        python=rq.get("python"),
+        os_name=rq.get("os"),
+        cuda=rq.get("cuda"),
+        flavour=rq.get("flavour", "auto"),
+        cpu=rq.get("cpu", False),
+        strict_compat=rq.get("strict", False),
+        platform=rq.get("platform", "x86_64"),
+        framework_index=rq.get("framework_index", "auto"),
+    )
+
+
+def _formatter(flag: str) -> Any:
+    return lambda m: flag.format(m.group(1))
+
+
+def _as_flags(way: str) -> str:
+    """A way out in the request's words, put back into `envbuild resolve`'s (explain.WORDS)."""
+    from envbuild.resolver.explain import WORDS
+
+    for change, key in sorted(WORDS["keys"].items(), key=lambda kv: -len(kv[1])):
+        flag = WORDS["flags"][change]
+        if "{}" in key:
+            head, tail = key.split("{}")
+            pattern = re.escape(head) + r"(.+?)" + re.escape(tail)
+            way = re.sub(pattern, _formatter(flag), way)
+        else:
+            way = way.replace(key, flag)
+    return way
+
+
+@pytest.mark.parametrize(("name", "rq"), UNSAT, ids=[n for n, _ in UNSAT])
+def test_the_lock_is_told_the_same_ways_out_in_its_own_words(name: str, rq: dict[str, Any]) -> None:
+    """axolotl, locked for A100 + L4 on driver 535, was told `--framework 'torch==2.10.*'`, a
+    flag `envbuild lock` does not take (exit 2, no such option)."""
+    from envbuild import resolver
+    from envbuild.matrix import load_matrix
+
+    request = _case_request(rq)
+    flags = resolver.resolve(request, load_matrix())
+    keys = resolver.resolve(request, load_matrix(), words="keys")
+    assert isinstance(flags, Unsatisfiable) and isinstance(keys, Unsatisfiable)
+    assert keys.reasons == flags.reasons
+    for way in keys.alternatives:
+        assert not re.search(r"(^|[ (])--[a-z]", way), f"{name}: a flag in {way!r}"
+    assert [_as_flags(w) for w in keys.alternatives] == list(flags.alternatives)
+
+
+def test_the_lock_words_are_exercised() -> None:
+    from envbuild import resolver
+    from envbuild.matrix import load_matrix
+
+    ways = []
+    for _, rq in UNSAT:
+        result = resolver.resolve(_case_request(rq), load_matrix(), words="keys")
+        ways += list(getattr(result, "alternatives", ()))
+    said = " ".join(ways)
+    assert '[framework] requirement = "' in said and '[image] python = "' in said
