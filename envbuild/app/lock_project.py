@@ -8,6 +8,7 @@ project readers (their packaging imports cost `lock --check` time).
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -56,7 +57,9 @@ def resolve(
             try:
                 alone = resolve_stack(request)
             except UnsatisfiableError:
-                raise err from None  # the request fails without the project too
+                # The request fails without the project too; its ways out must still be ways
+                # the project takes.
+                raise within_project(err, request, project) from None
             reasons = [str(r) for r in err.fields.get("reasons", [])] or [err.message]
             raise projectdeps.framework_conflict(
                 project,
@@ -67,6 +70,44 @@ def resolve(
             ) from None
     projectdeps.check_python(project, stack.python)
     return stack
+
+
+_OTHER_VERSION = re.compile(r"^another (\S+) version: \S+ (\S+) ")
+"""envbuild.resolver.explain `_other_versions`: "another torch version: torch 2.10.0 cu128 ..."."""
+
+
+def within_project(
+    err: UnsatisfiableError, request: Request, project: ProjectInputs
+) -> UnsatisfiableError:
+    """`err` (nothing fits the request, the project's range added) with its "another version"
+    ways out checked against that range: one outside it is offered only with the project's
+    range widened too (axolotl: torch>=2.11.0,<=2.12.1 was told torch 2.10.0 fits)."""
+    from packaging.requirements import Requirement
+
+    from envbuild.lock import projectdeps
+
+    name = Requirement(request.framework).name
+    bare = projectdeps.narrowed_framework(
+        name, project, python=request.python, platform=request.platform
+    )
+    spec = Requirement(bare).specifier
+    wants = "; ".join(
+        f"{line.origin}: {line.text}" for line in projectdeps.framework_lines(project, name)
+    )
+    ways: list[str] = []
+    for way in err.fields.get("alternatives", []):
+        m = _OTHER_VERSION.match(str(way))
+        if m is None or spec.contains(m.group(2), prereleases=True):
+            ways.append(str(way))
+        else:
+            ways.append(f"{way}, outside the project's range ({wants}): widen that too")
+    if ways == list(err.fields.get("alternatives", [])):
+        return err
+    return UnsatisfiableError(
+        err.message,
+        hint="try: " + "; or ".join(ways),
+        fields={**err.fields, "alternatives": ways},
+    )
 
 
 def pin_conflict(
