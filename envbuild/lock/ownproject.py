@@ -170,6 +170,72 @@ def check_discovery(
     )
 
 
+# Build backends that compile (their docs: scikit-build-core, meson-python, maturin,
+# py-build-cmake); a pure one is never refused here.
+_COMPILING_BACKENDS = ("scikit_build_core", "mesonpy", "maturin", "py_build_cmake")
+
+
+def check_compiled(
+    reader: Reader, project: ProjectSettings, folder: Path, pyproject: dict[str, object] | None
+) -> None:
+    """Refuse, before anything is built, a project whose own install compiles extensions
+    (facebookresearch/detectron2: `ext_modules=get_extensions()` of CUDAExtension): the image
+    installs the project in its last stage, which has no compiler, so `pip install /app`
+    would fail in the build. One whose extensions are all `optional=True` (NVIDIA/Megatron-LM's
+    pybind11 helper) installs without them, which a note says."""
+    if not reader.export:  # `lock --check` only compares inputs
+        return
+    why = _compiles(folder, pyproject)
+    if not why:
+        return
+    name = reader.name(folder) or "."
+    if why.endswith("optional"):
+        reader.notes.append(
+            f"{name}: {why[: -len(' optional')]}, marked optional=True: the image installs the "
+            "project without it (its last stage has no compiler)"
+        )
+        return
+    raise RequestError(
+        f"{reader.where}: [project] install = true, but {name} compiles extensions when it is "
+        f"installed ({why}), and the image installs the project in its last stage, which has "
+        "no compiler (envbuild compiles only dependencies' sdists, in a builder stage)",
+        hint="write install = false in [project] to copy the code without installing it, or "
+        "build the project's wheel where a compiler is, put it in a folder of [indexes] "
+        "find_links and require it in [packages] requirements",
+        fields={"path": project.path, "why": why},
+    )
+
+
+def _compiles(folder: Path, pyproject: dict[str, object] | None) -> str:
+    """Why installing the project compiles code ("" when it does not); "... optional" when
+    every extension is optional. Read from setup.py's text and pyproject.toml, never run."""
+    from envbuild.core.fsio import read_input
+
+    build = (pyproject or {}).get("build-system")
+    backend = str(build.get("build-backend") or "") if isinstance(build, dict) else ""
+    if backend.startswith(_COMPILING_BACKENDS):
+        return f"its build backend is {backend}"
+    tool = (pyproject or {}).get("tool")
+    table = tool.get("setuptools") if isinstance(tool, dict) else None
+    if isinstance(table, dict) and "ext-modules" in table:
+        return "its pyproject.toml names [tool.setuptools] ext-modules"
+    setup = folder / SETUP_PY
+    if not setup.is_file():
+        return ""
+    text = read_input(setup, what="setup.py").decode("utf-8", "replace")
+    marker = next((m for m in _EXTENSION_MARKERS if m in text), None)
+    if marker is None:
+        return ""
+    why = f"its setup.py names {marker.rstrip('(')}"
+    optional = "optional=True" in text and not any(m in text for m in _NEVER_OPTIONAL)
+    return f"{why} optional" if optional else why
+
+
+_EXTENSION_MARKERS = ("CUDAExtension", "CppExtension", "cythonize", "ext_modules", "Extension(")
+# torch's extension builders are the project's CUDA kernels: never optional to the project.
+_NEVER_OPTIONAL = ("CUDAExtension", "CppExtension")
+
+
 def without_build_companions(reader: Reader) -> list[Line]:
     """The requirements, minus the CUDA pins (`nvidia-*`, cuda-toolkit, cuda-bindings:
     `cuda.wheels.is_build_cuda_package`) of a file whose framework pin came from a framework

@@ -386,6 +386,7 @@ def _build_requirements(reader: Reader, project: ProjectSettings) -> None:
         data = _toml(pyproject, "the pyproject.toml")
         reader.files[rel] = pyproject_digest(data)
         ownproject.check_discovery(reader, project, folder, data)
+        ownproject.check_compiled(reader, project, folder, data)
         build = data.get("build-system")
         if isinstance(build, dict) and "requires" in build:
             where = f"{rel} [build-system] requires"
@@ -395,6 +396,7 @@ def _build_requirements(reader: Reader, project: ProjectSettings) -> None:
             return
     elif (folder / "setup.py").is_file():
         ownproject.check_discovery(reader, project, folder, None)
+        ownproject.check_compiled(reader, project, folder, None)
     else:
         raise RequestError(
             f"{reader.where}: [project] install = true, but {reader.name(folder)} has no "

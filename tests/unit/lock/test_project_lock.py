@@ -714,6 +714,50 @@ def test_a_project_the_build_could_not_copy_stops_the_lock_before_it_writes(
     assert (image / "envbuild.lock").exists()
 
 
+def test_a_project_that_compiles_its_own_extensions_is_refused_at_lock_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """detectron2's shape: the lock passed, and the image's `pip install /app` would have
+    failed in a last stage without a compiler. Its hint, followed, locks."""
+    image, uv = setup(monkeypatch, tmp_path, "")
+    _fixture_project(tmp_path, "setup-py-cuda-ext")
+    _with_packages(
+        image, '[packages]\nfiles = ["../../app/setup.py"]\n', '[project]\npath = "../../app"\n'
+    )
+    with pytest.raises(RequestError) as info:
+        lock_use_case.lock_image(image)
+    assert "../../app compiles extensions when it is installed (its setup.py names " in (
+        info.value.message
+    )
+    assert "CUDAExtension), and the image installs the project in its last stage" in (
+        info.value.message
+    )
+    assert info.value.hint.startswith("write install = false in [project]")
+    assert uv.calls == [] and not (image / "envbuild.lock").exists()
+    _with_packages(
+        image,
+        '[packages]\nfiles = ["../../app/setup.py"]\n',
+        '[project]\npath = "../../app"\ninstall = false\n',
+    )
+    lock_use_case.lock_image(image)
+
+
+def test_a_project_whose_extensions_are_optional_locks_with_a_note(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Megatron-LM's shape: `optional=True`; setuptools installs it without the helper."""
+    image, _ = setup(monkeypatch, tmp_path, "")
+    _fixture_project(tmp_path, "setup-py-optional-ext")
+    _with_packages(
+        image, '[packages]\nfiles = ["../../app/setup.py"]\n', '[project]\npath = "../../app"\n'
+    )
+    outcome = lock_use_case.lock_image(image)
+    assert (
+        "../../app: its setup.py names ext_modules, marked optional=True: the image installs "
+        "the project without it (its last stage has no compiler)"
+    ) in outcome.warnings
+
+
 def test_setup_py_only_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     image, uv = setup(monkeypatch, tmp_path, "")
     _fixture_project(tmp_path, "setup-py-only")
