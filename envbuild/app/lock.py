@@ -102,9 +102,8 @@ def lock(
     runs uv (`envbuild.lock.headstart` passes one that may have started it already)."""
     if check:
         return check_image(image_dir, matrix_overlay=matrix_overlay)
-    # What of the project goes into /app, decided before anything is written: a project the
-    # build could not copy (a symlink out of it, Megatron-LM's .agents/skills) stops the lock
-    # with no envbuild.lock left behind for `lock --check` to call fresh.
+    # What goes into /app, decided before anything is written: a project the build could not
+    # copy (Megatron-LM's linked .agents/skills) leaves no lock for `lock --check` to pass.
     survey = sourcetree.project_survey(load_request(image_dir).project, image_dir)
     outcome = lock_image(
         image_dir,
@@ -185,6 +184,7 @@ def lock_image(
     requested = source_lock.as_requested(sourced.result, request.indexes.find_links, pin.find_links)
     pinned, installed_by = split_installer(requested, request)
     warnings += [*(project.notes if project is not None else ()), *sourced.notes]
+    warnings += sourced.result.warnings  # uv's own, about what it locked
     check_pins_installable(pinned.packages)
     check_framework_source(stack, pinned.packages)
     check_companions(stack.framework.name, pinned.packages)

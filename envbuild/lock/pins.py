@@ -102,6 +102,9 @@ class PinResult:
     """ "uv" or "pip"."""
     sdist_urls: tuple[tuple[str, str], ...] = ()
     """(name, URL or path) of each package locked from its sdist."""
+    warnings: tuple[str, ...] = ()
+    """What uv warned of while it pinned (a requested extra the locked version lacks), said
+    again by `lock`: on success uv's stderr is otherwise never shown."""
 
 
 def run_subprocess(argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> RunResult:
@@ -295,7 +298,8 @@ def uv_argv(uv: Sequence[str], req: PinRequest, *, interpreter: str | None = Non
         "--no-python-downloads",
         # uv.toml / pyproject [tool.uv] of wherever the command runs must not add indexes.
         "--no-config",
-        "--quiet",
+        # Not --quiet: it hides uv's warnings too, among them a requested extra that the
+        # locked version lacks (`uv_warnings` passes those on). Only stderr gets more lines.
     ]
     for url in req.extra_index_urls:
         argv += ["--extra-index-url", url]
@@ -691,6 +695,7 @@ def pin(
         name, base, interpreter = _free_threaded_tool(req, name, base, tool)
     env = isolated_env(os.environ)
     sdists: tuple[tuple[str, str], ...] = ()
+    warned: tuple[str, ...] = ()
     fsio.remove_dead_temp()  # what a SIGKILLed lock left
     with tempfile.TemporaryDirectory(prefix=fsio.temp_prefix("envbuild-pin-")) as tmp:
         work = Path(tmp)
@@ -721,6 +726,7 @@ def pin(
             if before:
                 wheelhashes.remember(_local_wheel_hashes(text, req.find_links), hashes, before)
             sdists = tuple(sorted(sdist_urls(text).items()))
+            warned = uv_warnings(result.stderr)
         else:
             if req.offline:
                 raise PinError(
@@ -744,7 +750,26 @@ def pin(
             f"{name} returned no packages for {list(req.requirements)}",
             hint="run with ENVBUILD_DEBUG=1 and report it",
         )
-    return PinResult(packages=packages, tool=name, sdist_urls=sdists)
+    return PinResult(packages=packages, tool=name, sdist_urls=sdists, warnings=warned)
+
+
+# uv's warnings about what it locked, which `lock` says again; the rest (a managed Python it
+# could not download, the Python it builds with: envbuild builds nothing) is noise here.
+_UV_WARNINGS = re.compile(r"does not have an extra named|is yanked", re.IGNORECASE)
+
+
+def uv_warnings(stderr: str) -> tuple[str, ...]:
+    """uv's `warning: ...` lines about the packages it locked (transformer-engine 0.0.0,
+    PyPI's placeholder, "does not have an extra named `pytorch`"; a yanked version), each once,
+    prefixed with uv."""
+    seen: list[str] = []
+    for line in stderr.splitlines():
+        text = line.strip()
+        if text.lower().startswith("warning: ") and _UV_WARNINGS.search(text):
+            said = f"uv: {text[len('warning: ') :]}"
+            if said not in seen:
+                seen.append(said)
+    return tuple(seen[:20])
 
 
 # --- what the framework's own wheel metadata pinned --------------------------------------------

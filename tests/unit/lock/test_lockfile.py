@@ -137,8 +137,9 @@ def demo_stack(version: str = "2.10.0") -> Stack:
 class FakeUv:
     """Replays uv's recorded PEP 751 output; remembers the calls and the preferences file."""
 
-    def __init__(self, fixture: Path = TORCH_PYLOCK, delay: float = 0.0) -> None:
+    def __init__(self, fixture: Path = TORCH_PYLOCK, delay: float = 0.0, stderr: str = "") -> None:
         self.text = fixture.read_text()
+        self.stderr = stderr
         self.calls: list[list[str]] = []
         self.preferences: list[str | None] = []
         self.delay = delay
@@ -150,7 +151,7 @@ class FakeUv:
         if self.delay:
             time.sleep(self.delay)
         prefs.write_text(self.text)
-        return RunResult(0, "", "")
+        return RunResult(0, "", self.stderr)
 
 
 def install_fakes(
@@ -250,6 +251,15 @@ def test_regenerate_command_takes_a_git_file_as_a_root(tmp_path: Path) -> None:
     (tmp_path / "wt" / "images" / "a").mkdir(parents=True)
     (tmp_path / "wt" / ".git").write_text("gitdir: /elsewhere/.git/worktrees/wt\n")
     assert lockfile.regenerate_command(tmp_path / "wt" / "images" / "a") == "envbuild lock images/a"
+
+
+def test_uvs_warning_about_a_locked_package_is_a_lock_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    said = "warning: The package `transformer-engine==0.0.0` does not have an extra named `pytorch`"
+    install_fakes(monkeypatch, uv=FakeUv(stderr=f"Resolved 3 packages\n{said}\n"))
+    outcome = lock_use_case.lock_image(make_image(tmp_path))
+    assert "uv: " + said.removeprefix("warning: ") in outcome.warnings
 
 
 def test_relock_same_inputs_is_unchanged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
