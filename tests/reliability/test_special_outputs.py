@@ -29,11 +29,31 @@ def _image(tmp_path: Path) -> Path:
 
 
 def _reader(fifo: Path) -> tuple[threading.Thread, list[bytes]]:
+    """A reader of `fifo` whose end is open before this returns: envbuild refuses a FIFO
+    nobody reads (ENXIO), so a reader thread still starting made the test flaky under load.
+    Reads until the writer has written and closed (a FIFO never opened for writing reads as
+    end of file at once, so an empty read before any data is only waited past)."""
     got: list[bytes] = []
+    fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
 
     def read() -> None:
-        with open(fifo, "rb") as fh:
-            got.append(fh.read())
+        data = b""
+        deadline = time.monotonic() + 30
+        try:
+            while time.monotonic() < deadline:
+                try:
+                    chunk = os.read(fd, 1 << 16)
+                except BlockingIOError:  # a writer is there, nothing written yet
+                    chunk = None
+                if chunk:
+                    data += chunk
+                elif chunk == b"" and data:
+                    break  # written, and the writer closed its end
+                else:
+                    time.sleep(0.01)
+        finally:
+            os.close(fd)
+            got.append(data)
 
     thread = threading.Thread(target=read, daemon=True)
     thread.start()
