@@ -153,7 +153,7 @@ def _parse_toml(text: str, *, path: str) -> dict[str, Any]:
     except Exception as exc:  # ValueError (tomllib.TOMLDecodeError) and odd inputs (e.g. NUL)
         raise RequestError(
             f"{path}: not valid TOML: {exc}",
-            hint="fix the line it names; see docs/request.md for the format",
+            hint="fix the line it names; see envbuild's docs/request.md for the format",
             fields={"file": path},
         ) from None
 
@@ -642,7 +642,8 @@ def load_request(image_dir: Path) -> Request:
     if not image_dir.is_dir():
         raise RequestError(
             f"{image_dir}: no such image folder",
-            hint=f"create {path} (see docs/request.md), or pass the folder that holds it",
+            hint=f"create {path} (see envbuild's docs/request.md), or pass the folder that "
+            "holds it",
             fields={"file": str(path)},
         )
     from envbuild.core.fsio import read_input
@@ -653,7 +654,8 @@ def load_request(image_dir: Path) -> Request:
     except FileNotFoundError:
         raise RequestError(
             f"{path}: no request file",
-            hint=f"create {path} with {starter.starter_request(image_dir)} (see docs/request.md)",
+            hint=f"create {path} with {starter.starter_request(image_dir)} (see envbuild's "
+            "docs/request.md)",
             fields={"file": str(path)},
         ) from None
     return parse_request(
