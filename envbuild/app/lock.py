@@ -50,7 +50,7 @@ from envbuild.cuda.archs import cc_tuple
 from envbuild.cuda.wheels import cuda_libs
 from envbuild.lock import pins as pydeps
 from envbuild.lock.assemble import LockPins, assemble_lock
-from envbuild.lock.companions import check_companions
+from envbuild.lock.companions import check_companions, companion_constraints
 from envbuild.lock.format import (
     body_edited,
     check_fresh,
@@ -102,8 +102,7 @@ def lock(
     runs uv (`envbuild.lock.headstart` passes one that may have started it already)."""
     if check:
         return check_image(image_dir, matrix_overlay=matrix_overlay)
-    # What goes into /app, decided before anything is written: a project the build could not
-    # copy (Megatron-LM's linked .agents/skills) leaves no lock for `lock --check` to pass.
+    # Decided before anything is written: a project the build cannot copy leaves no lock.
     survey = sourcetree.project_survey(load_request(image_dir).project, image_dir)
     outcome = lock_image(
         image_dir,
@@ -287,6 +286,7 @@ def _pin_request(
     preferences = tuple(p for p in kept_packages if canonicalize_name(p.name) not in upgrade_set)
     return pydeps.PinRequest(
         requirements=(*_stack_requirements(stack), *request.packages),
+        constraints=companion_constraints(stack.framework.name, stack.framework.version),
         python=stack.python,
         platform=request.platform,
         index_url=indexes.index_url,

@@ -113,7 +113,14 @@ def within_project(
 def pin_conflict(
     err: UnsatisfiableError, project: ProjectInputs | None, stack: Stack
 ) -> UnsatisfiableError:
-    """uv's "no solution" worded for a project: its pins against the stack's framework."""
+    """uv's "no solution" worded for a project: its pins against the stack's framework; a
+    companion's series (torchvision for torch) worded as envbuild's rule, project or not."""
+    from envbuild.lock.companions import companion_conflict
+
+    fw = stack.framework
+    companion = companion_conflict(err, fw.name, fw.version)
+    if companion is not None:
+        return companion
     if project is None:
         return err
     from envbuild.lock import projectdeps

@@ -21,6 +21,44 @@ INDEX_COMPANIONS = frozenset({"torchvision", "torchaudio", "torchtext", "torchda
 for the same CUDA as torch (https://download.pytorch.org/whl/cu128 lists them)."""
 
 
+def companion_constraints(framework: str, version: str) -> tuple[str, ...]:
+    """The companions' release series for a torch 2.x release, as uv constraints (a package
+    nothing asks for is not pulled in by them). torchaudio's versions match torch's
+    (https://docs.pytorch.org/audio/main/installation.html, "Compatibility Matrix");
+    torchvision 0.N pairs with torch 2.(N-15) (https://github.com/pytorch/vision#installation:
+    2.0 -> 0.15 ... 2.9 -> 0.24). A wheel that declares no torch requirement (torchaudio 2.11.0)
+    was otherwise taken beside torch 2.10.0: fairseq's lock, 2026-12-04."""
+    try:
+        release = Version(version).release
+    except InvalidVersion:
+        return ()
+    if framework != "torch" or len(release) < 2 or release[0] != 2:
+        return ()
+    minor = release[1]
+    return (f"torchaudio=={2}.{minor}.*", f"torchvision==0.{minor + 15}.*")
+
+
+def companion_conflict(
+    err: UnsatisfiableError, framework: str, version: str
+) -> UnsatisfiableError | None:
+    """uv's "no solution" when what failed is a companion's series (`companion_constraints`:
+    no torchvision 0.30 for torch 2.15 on PyPI yet), said as envbuild's rule, not as a
+    requirement the user never wrote; None for any other conflict."""
+    text = f"{err.message}\n{err.hint}\n{err.fields}"
+    named = [c for c in companion_constraints(framework, version) if c in text]
+    if not named:
+        return None
+    name, _, series = named[0].partition("==")
+    return UnsatisfiableError(
+        f"{name} pairs with one {framework} series, and no {name} {series} (the one for "
+        f"{framework} {version}) is on the index: {err.message}",
+        hint=f"narrow [framework] requirement to a {framework} release whose {name} is on the "
+        f"index (torchvision 0.N pairs with torch 2.(N-15), torchaudio 2.N with torch 2.N), "
+        f"or drop {name} from the requirements",
+        fields={**err.fields, "companion": named[0]},
+    )
+
+
 def _local(version: str) -> str | None:
     try:
         return Version(version).local

@@ -6,7 +6,7 @@ import pytest
 
 from envbuild.core.errors import UnsatisfiableError
 from envbuild.core.models import LockedPackage
-from envbuild.lock.companions import check_companions
+from envbuild.lock.companions import check_companions, companion_conflict, companion_constraints
 
 WHEELS = "/opt/wheels"
 PYPI = "https://pypi.org/simple"
@@ -41,3 +41,37 @@ def test_a_pypi_companion_of_a_labelled_framework_build_is_refused() -> None:
 )
 def test_matching_builds_pass(packages: list[LockedPackage]) -> None:
     check_companions("torch", packages)
+
+
+# --- the companions' release series --------------------------------------------------------
+
+
+def test_the_series_follow_the_published_compatibility_tables() -> None:
+    # torchvision's README table: torch 2.9 -> 0.24; torchaudio's matrix: versions match.
+    assert companion_constraints("torch", "2.9.1") == ("torchaudio==2.9.*", "torchvision==0.24.*")
+    assert companion_constraints("torch", "2.10.0+cu128") == (
+        "torchaudio==2.10.*",
+        "torchvision==0.25.*",
+    )
+    assert companion_constraints("torch", "1.13.1") == ()  # other rules before 2.0: none said
+    assert companion_constraints("jax", "0.7.0") == ()
+
+
+def test_a_missing_series_is_said_as_envbuilds_rule() -> None:
+    """diffusers' examples/text_to_image on torch 2.15: PyPI had torchvision up to 0.29.2."""
+    err = UnsatisfiableError(
+        "the Python packages cannot be pinned together",
+        hint="widen the project's requirements",
+        fields={
+            "cause": "only torchvision<=0.29.2 is available and you require torchvision==0.30.*"
+        },
+    )
+    said = companion_conflict(err, "torch", "2.15.0")
+    assert said is not None
+    assert said.message.startswith(
+        "torchvision pairs with one torch series, and no torchvision 0.30.* (the one for torch "
+        "2.15.0) is on the index: "
+    )
+    assert said.hint.startswith("narrow [framework] requirement to a torch release whose")
+    other = UnsatisfiableError("numpy<1 conflicts", hint="x", fields={})
+    assert companion_conflict(other, "torch", "2.15.0") is None

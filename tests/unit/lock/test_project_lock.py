@@ -212,7 +212,8 @@ def test_requirements_files_follow_includes_and_constraints(
         "transformers>=4.40,<5",
         'numpy<3 ; python_version >= "3.10"',
     ]
-    assert uv.constraints[-1] == "safetensors==0.5.3\n"
+    # After the companions' series for torch 2.10 (envbuild.lock.companions).
+    assert uv.constraints[-1] == "torchaudio==2.10.*\ntorchvision==0.25.*\nsafetensors==0.5.3\n"
     assert [path for path, _ in outcome.lock.input_files] == [
         "../../app/reqs/base.txt",
         "../../app/reqs/pins.txt",
