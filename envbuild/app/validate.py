@@ -14,6 +14,7 @@ from envbuild import matrix as matrix_data
 from envbuild.app import evidence, inputs
 from envbuild.app.smoke import run_in_image
 from envbuild.build.pipeline import LOCK_LABEL, LOCK_SHA_LABEL
+from envbuild.core.collector import cyclic_collector_paused
 from envbuild.core.documents import DocumentError, json_loads
 from envbuild.core.errors import EnvbuildError, SmokeFailed, UserError
 from envbuild.core.fsio import read_input, write_output
@@ -290,9 +291,11 @@ def validate_fleet(
     marked and get no Job."""
     try:
         peak = _peak(smoke_report)
-        fleet = _fleet(
-            hosts_file, lock_dirs, k8s_job, image, gpus_per_pod, root, matrix_overlay, peak
-        )
+        # One result per host stays alive until printed: envbuild/core/collector.py says why.
+        with cyclic_collector_paused():
+            fleet = _fleet(
+                hosts_file, lock_dirs, k8s_job, image, gpus_per_pod, root, matrix_overlay, peak
+            )
     except EnvbuildError as err:
         if junit is not None:
             _write_junit_error(junit, f"envbuild.validate.{hosts_file}", err)
