@@ -333,15 +333,15 @@ def _collector_running(hosts: Path, lock_dir: Path) -> float:
 
     from envbuild.app import validate as validate_app
 
-    held = validate_app.cyclic_collector_paused
-    validate_app.cyclic_collector_paused = nullcontext  # type: ignore[assignment]
+    held = getattr(validate_app, "cyclic_collector_paused")  # noqa: B009 (not re-exported)
+    setattr(validate_app, "cyclic_collector_paused", nullcontext)  # noqa: B010
     gc.collect()
     try:
         t0 = time.perf_counter()
         validate_app.validate_fleet(hosts_file=hosts, lock_dirs=[lock_dir])
         return time.perf_counter() - t0
     finally:
-        validate_app.cyclic_collector_paused = held
+        setattr(validate_app, "cyclic_collector_paused", held)  # noqa: B010
 
 
 # --- the section -----------------------------------------------------------------------------

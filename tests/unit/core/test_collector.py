@@ -10,6 +10,7 @@ import pytest
 from envbuild.app import validate as validate_app
 from envbuild.core.collector import cyclic_collector_paused
 from envbuild.core.errors import UserError
+from envbuild.preflight import fleet
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -34,7 +35,7 @@ def test_a_caller_that_disabled_it_keeps_it_disabled() -> None:
 
 def test_the_fleet_view_is_built_with_the_collector_off(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[bool] = []
-    real = validate_app.fleet_view
+    real = fleet.fleet_view
 
     def spy(*args: object, **kwargs: object) -> object:
         seen.append(gc.isenabled())
