@@ -18,6 +18,7 @@ Needs the docker CLI and an engine (DOCKER_HOST). Prints the image id and what w
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -252,18 +253,43 @@ def write_rootfs(stream: IO[bytes], venv: Path | None) -> dict[str, object]:
 
 
 def add_venv(fs: Rootfs, venv: Path, counted: dict[str, object]) -> None:
-    """The venv's own files and the files of the distributions torch needs, nothing else."""
+    """The venv's own files and the files of the distributions torch needs, nothing else, each
+    module with its byte-code (`byte_compile`)."""
     fs.add(str(venv / "pyvenv.cfg"))
     fs.tree(str(venv / "bin"), filtered=False)
     if os.path.islink(venv / "lib64"):
         fs.add(str(venv / "lib64"))
     dists = closure(ROOTS + (DEVEL_ROOTS if DEVEL else ()))
+    compiled = byte_compile(venv)
+    pycs = 0
     for dist in dists:
         for rel in dist.files or []:
             path = os.path.normpath(str(dist.locate_file(rel)))
             if os.path.isfile(path) and path.startswith(str(venv)):
                 fs.add(path)
+                cached = importlib.util.cache_from_source(path) if path.endswith(".py") else ""
+                if cached and os.path.isfile(cached):
+                    fs.add(cached)
+                    pycs += 1
     counted["distributions"] = sorted(f"{d.metadata['Name']}=={d.version}" for d in dists)
+    counted["byte_compile"] = {**compiled, "pyc_files": pycs}
+
+
+def byte_compile(venv: Path) -> dict[str, object]:
+    """Compile the venv's modules where they have no byte-code yet, as pip does when it installs
+    a wheel (https://pip.pypa.io/en/stable/cli/pip_install/#cmdoption-no-compile: "Compile
+    Python source files to bytecode" is the default). The device's torch venv has none and runs
+    with PYTHONDONTWRITEBYTECODE=1: a base made from it as it is compiled `import torch` and,
+    at the first torch.optim use, torch._dynamo and sympy from source in every container, about
+    10 s a run on the H100 (benchmarks/results/h100-train-probe.md), which an image built by pip
+    never pays and which drowned envbuild's own steps in the H200 bench."""
+    import compileall
+
+    started = time.monotonic()
+    paths = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    site = sorted(p for p in paths if p.startswith(str(venv)))
+    ok = all(compileall.compile_dir(top, quiet=2, workers=os.cpu_count() or 1) for top in site)
+    return {"seconds": round(time.monotonic() - started, 1), "all_compiled": bool(ok)}
 
 
 def main() -> int:
