@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 import statistics
+import sys
+import threading
 import time
 import traceback
 from typing import Any
@@ -41,6 +43,9 @@ def run(plan: dict[str, Any], out: dict[str, Any]) -> None:
 
     timings["import_s"] = round(time.perf_counter() - t0, 3)
     t1 = time.perf_counter()
+    ready: list[float] = []
+    if int(plan.get("tier", 2)) >= 2:
+        _preload_dynamo(t0, ready)
 
     cuda_seen = torch.version.cuda
     count = torch.cuda.device_count() if cuda_seen else 0
@@ -115,11 +120,13 @@ def run(plan: dict[str, Any], out: dict[str, Any]) -> None:
         sampler.start()
     device = torch.device("cuda", 0) if use_cuda else torch.device("cpu")
     # Each part's seconds as well: where a tier 2 run spends its time (benchmarks report it).
+    # The checks that need no optimizer go first, while `_preload_dynamo` imports what the
+    # optimizer needs; the throughput part goes last, with no import beside it.
     parts = {
-        "train_s": lambda: _train(torch, plan, device, out, free[0] if free else None),
         "conv_s": lambda: _conv(torch, device, out),
         "sdpa_s": lambda: _sdpa(torch, device, out),
         "repeat_s": lambda: _repeat(torch, device, out),
+        "train_s": lambda: _train(torch, plan, device, out, free[0] if free else None),
         "perf_s": (lambda: _perf(torch, plan, names, out)) if use_cuda else None,
     }
     try:
@@ -147,6 +154,33 @@ def run(plan: dict[str, Any], out: dict[str, Any]) -> None:
         out["metrics"]["topology"] = hostmod.topology(count)
         timings["topology_s"] = round(time.perf_counter() - ts, 3)
     timings["tier2_s"] = round(time.perf_counter() - t2, 3)
+    if ready:
+        timings["dynamo_ready_s"] = ready[0]
+
+
+def _preload_dynamo(t0: float, ready: list[float]) -> None:
+    """Import torch._dynamo on a thread while tier 1 and the checks before training run.
+
+    torch.optim's methods are wrapped by `torch._disable_dynamo`, whose first call imports
+    torch._dynamo, and with it sympy (torch/_compile.py): about 1 s with byte-code, the largest
+    part of the training check's time (benchmarks/results/h100-train-probe.md). The checks that
+    run meanwhile spend their time in torch's kernels, which release the GIL. A failure here is
+    left alone: the optimizer's own import in `_train` raises it again, where it is checked.
+    `ready` gets when it was done, in seconds since `import torch` began (the thread writes
+    nothing the report holds: the report may be printed while it still runs).
+    """
+    # sys.modules, not getattr(torch, "_dynamo"): torch's module __getattr__ imports it lazily.
+    if "torch._dynamo" in sys.modules:
+        return
+
+    def load() -> None:
+        try:
+            import torch._dynamo  # noqa: F401
+        except Exception:
+            return
+        ready.append(round(time.perf_counter() - t0, 3))
+
+    threading.Thread(target=load, name="envbuild-preload-dynamo", daemon=True).start()
 
 
 def _torch_memory(torch: Any, device: Any) -> dict[str, Any] | None:
@@ -203,6 +237,9 @@ def _train(
     precision = _precision(torch, device)
     metrics["precision"] = precision
     try:
+        if on_gpu:
+            # The checks before it allocated too: train_peak_mem_mib is the training's own.
+            torch.cuda.reset_peak_memory_stats(device)
         g = torch.Generator().manual_seed(0)
         perm = torch.randperm(vocab, generator=g)
         x = torch.randint(0, vocab, (steps * batch, seq), generator=g)
