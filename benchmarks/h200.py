@@ -173,6 +173,7 @@ def _h200_build_notes(doc: Mapping[str, Any]) -> list[str]:
         "round share one Dockerfile, so the second and third find the first's build cached "
         "(the peer's build is 20 to 50 ms either way).",
     ]
+    notes.append(_byte_code_note(base))
     setup = doc.get("setup") or {}
     locks = setup.get("lock_s") or {}
     if locks:
@@ -202,6 +203,25 @@ def _h200_build_notes(doc: Mapping[str, Any]) -> list[str]:
             f"{_fmt(split.get('to_device_s'), 's')}, 30 steps {_fmt(split.get('train_s'), 's')})."
         )
     return notes
+
+
+def _byte_code_note(base: Mapping[str, Any]) -> str:
+    """Whether the stand-in base carried byte-code: a base made before make_torch_base.py
+    compiled the venv (2026-12-07) had none, and every container compiled torch from source."""
+    done = base.get("byte_compile")
+    if isinstance(done, Mapping) and done.get("pyc_files"):
+        return (
+            f"The stand-in base carries byte-code, as pip leaves an install ({done['pyc_files']} "
+            ".pyc files, make_torch_base.py `byte_compile`)."
+        )
+    return (
+        "**Caveat:** this run's stand-in base had no byte-code (it was made before "
+        "make_torch_base.py compiled the venv; the device's venv has none and sets "
+        "PYTHONDONTWRITEBYTECODE=1), so every container on both sides compiled torch and, at "
+        "the first torch.optim use, torch._dynamo and sympy from source: about 10 s of each "
+        "side's run that a pip-built image does not pay (results/h100-train-probe.md). The "
+        "ratios above understate envbuild's own steps; rerun on a compiled base."
+    )
 
 
 def _h200_cold_gap(stages: Mapping[str, Any], samples: Mapping[str, Any]) -> str:

@@ -226,7 +226,7 @@ def make_base() -> dict[str, Any]:
     if step["rc"] != 0:
         raise RuntimeError(f"make_torch_base.py exited {step['rc']}: {step['stderr_tail']}")
     doc = step.get("json") or {}
-    keep = ("tag", "image_id", "bytes", "entries", "python")
+    keep = ("tag", "image_id", "bytes", "entries", "python", "byte_compile")
     return {"seconds": step["seconds"], **{k: doc.get(k) for k in keep}}
 
 

@@ -305,6 +305,19 @@ def test_h200_build_rows_sit_beside_their_goals(tmp_path: Path) -> None:
     notes = [ln for ln in lines if ln.startswith("- Measured 2026-12-01 22:25 UTC on 1 x H200")]
     assert len(notes) == 1 and "torch 2.11.0+cu130" in notes[0] and "6.2 GB" in notes[0]
     assert any("a bare container 0.18 s" in ln and "import 4.1 s" in ln for ln in lines)
+    # A base recorded without byte_compile was made before the venv was compiled: said.
+    assert any(
+        ln.startswith("- **Caveat:** this run's stand-in base had no byte-code") for ln in lines
+    )
+
+
+def test_a_byte_compiled_base_is_said_without_the_caveat(tmp_path: Path) -> None:
+    doc = _h200_build_fixture()
+    doc["machine"]["base"]["byte_compile"] = {"seconds": 9.0, "pyc_files": 5933}
+    (tmp_path / "h200-build-bench.json").write_text(json.dumps(doc))
+    notes = h200_bench.h200_build_results(tmp_path)["notes"]
+    assert any("carries byte-code, as pip leaves an install (5933 .pyc files" in n for n in notes)
+    assert not any("Caveat" in n for n in notes)
 
 
 def test_a_broken_h200_build_file_is_reported_not_raised(tmp_path: Path) -> None:
