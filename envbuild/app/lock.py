@@ -50,7 +50,7 @@ from envbuild.cuda.archs import cc_tuple
 from envbuild.cuda.wheels import cuda_libs
 from envbuild.lock import pins as pydeps
 from envbuild.lock.assemble import LockPins, assemble_lock
-from envbuild.lock.companions import check_companions, companion_constraints
+from envbuild.lock.companions import check_companions, companion_constraints, without_series
 from envbuild.lock.format import (
     body_edited,
     check_fresh,
@@ -158,16 +158,58 @@ def lock_image(
             runner=runner,
             engine=engine,
         )
-    upgrade_set = {canonicalize_name(n) for n in upgrade_packages}
+    options = _LockOptions(upgrade, tuple(upgrade_packages), offline, matrix_overlay, runner)
+    skipped: list[str] = []
+    first: UnsatisfiableError | None = None
+    while True:
+        try:
+            return _lock_stack(image_dir, request, options, digest_lookup, tuple(skipped))
+        except UnsatisfiableError as err:
+            # A torch series whose torchvision / torchaudio series is not on the index yet
+            # (envbuild.lock.companions): resolve again without that series, a few times.
+            series = err.fields.get("framework_series")
+            stepping = isinstance(series, str) and series not in skipped
+            if not stepping or len(skipped) >= MAX_COMPANION_STEPS:
+                # A step down that fails otherwise: the newest series' cause is the one to say.
+                raise (first or err) from None
+            first = first or err
+            skipped.append(str(series))
+
+
+MAX_COMPANION_STEPS = 3
+"""Older framework series tried when a newer one's companions are not on the index yet."""
+
+
+@dataclass(frozen=True)
+class _LockOptions:
+    upgrade: bool
+    upgrade_packages: tuple[str, ...]
+    offline: bool
+    matrix_overlay: Path | None
+    runner: Any
+
+
+def _lock_stack(
+    image_dir: Path,
+    request: Request,
+    options: _LockOptions,
+    digest_lookup: DigestLookup | None,
+    skipped: tuple[str, ...],
+) -> LockOutcome:
+    """One resolve -> pin -> write of a request without a framework base; `skipped`: framework
+    series left out because their companions are not on the index (said in a warning)."""
+    upgrade, offline, runner = options.upgrade, options.offline, options.runner
+    upgrade_set = {canonicalize_name(n) for n in options.upgrade_packages}
     previous, not_kept = read_previous(image_dir)
     kept = None if upgrade else previous  # the picks --upgrade does not keep
-    matrix = matrix_data.load_matrix_from(matrix_overlay)
+    matrix = matrix_data.load_matrix_from(options.matrix_overlay)
     project = project_lock.read_inputs(image_dir, request)  # [packages] files, build backend
+    narrowed = dataclasses.replace(request, framework=without_series(request.framework, skipped))
     stack, reached = _resolve_reaching(
-        request, project, matrix, kept, upgrade_set, offline, image_dir
+        narrowed, project, matrix, kept, upgrade_set, offline, image_dir
     )
     indexes = _pin_indexes(request, stack, image_dir)
-    notes = (not_kept, credentials_note(request), reached)
+    notes = (not_kept, credentials_note(request), reached, _skipped_note(skipped, stack))
     warnings = [*(note for note in notes if note), *indexes.warnings]
     # The registry answers while uv pins (and what writing the lock imports loads meanwhile).
     digest_job = in_background(lambda: _base_digest(stack, kept, offline, digest_lookup))
@@ -211,6 +253,18 @@ def lock_image(
         text=text,
         warnings=tuple(warnings),
         tool=pinned.tool,
+    )
+
+
+def _skipped_note(skipped: tuple[str, ...], stack: Stack) -> str | None:
+    if not skipped:
+        return None
+    fw = stack.framework
+    series = ", ".join(f"{fw.name} {s}" for s in skipped)
+    return (
+        f"the companions (torchvision, torchaudio) of {series} are not on the index yet: "
+        f"locked {fw.name} {fw.version}, the newest whose are; re-lock with --upgrade once "
+        "they are published"
     )
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from envbuild.core.errors import UnsatisfiableError
@@ -49,14 +51,30 @@ def companion_conflict(
     if not named:
         return None
     name, _, series = named[0].partition("==")
+    release = Version(version).release
     return UnsatisfiableError(
         f"{name} pairs with one {framework} series, and no {name} {series} (the one for "
         f"{framework} {version}) is on the index: {err.message}",
-        hint=f"narrow [framework] requirement to a {framework} release whose {name} is on the "
-        f"index (torchvision 0.N pairs with torch 2.(N-15), torchaudio 2.N with torch 2.N), "
-        f"or drop {name} from the requirements",
-        fields={**err.fields, "companion": named[0]},
+        hint=f"allow an older {framework} series in [framework] requirement (torchvision 0.N "
+        f"pairs with torch 2.(N-15), torchaudio 2.N with torch 2.N): envbuild then locks the "
+        f"newest one whose {name} is on the index; or lock again once {name} {series} is",
+        fields={
+            **err.fields,
+            "companion": named[0],
+            "framework_series": f"{release[0]}.{release[1]}",
+        },
     )
+
+
+def without_series(requirement: str, series: Sequence[str]) -> str:
+    """The [framework] requirement with each release series in `series` ("2.15") left out:
+    `torch` -> `torch!=2.15.*`, for resolving again when a series' companions are missing."""
+    if not series:
+        return requirement
+    req = Requirement(requirement)
+    for each in series:
+        req.specifier &= SpecifierSet(f"!={each}.*")
+    return str(req)
 
 
 def _local(version: str) -> str | None:
