@@ -129,8 +129,11 @@ def _notes(result: pydeps.PinResult, read: dict[str, extensions.SdistMetadata]) 
         meta = read.get(p.name)
         if meta is not None and not meta.static:
             deps = ", ".join(meta.requires_dist) or "none"
+            where = (
+                "egg-info's requires.txt" if meta.source == extensions.REQUIRES_TXT else "PKG-INFO"
+            )
             notes.append(
-                f"{p.name} {p.version}: its dependencies ({deps}) come from its PKG-INFO "
+                f"{p.name} {p.version}: its dependencies ({deps}) come from its {where} "
                 f"(metadata {meta.metadata_version or 'unknown'}, not declared static); its "
                 "setup.py could ask for others at build time, which the build does not "
                 "install (--no-deps)"

@@ -123,10 +123,44 @@ class SdistMetadata:
     metadata_version: str
     compiled: str = ""
     """Why it holds compiled code (`compiled_code`); "" = pure Python."""
+    source: str = "PKG-INFO"
+    """Where `requires_dist` was read: "PKG-INFO", "pyproject.toml" or the egg-info's
+    requires.txt (`REQUIRES_TXT`)."""
 
 
 _MAX_MEMBER = 4 * 1024 * 1024  # PKG-INFO, pyproject.toml and setup.py are kilobytes
 _READ = ("PKG-INFO", "pyproject.toml", "setup.py")
+REQUIRES_TXT = "egg-info/requires.txt"
+"""The key `_members` gives setuptools' `<name>.egg-info/requires.txt` (at the sdist's top or
+under src/): the install_requires and extras that `setup.py egg_info` wrote when the sdist was
+made, which a PKG-INFO of metadata 2.1 or older may leave out (transformers-stream-generator
+0.0.5: no Requires-Dist, `transformers>=4.26.1` in requires.txt; nanoVLM's lock, 2026-12-07)."""
+
+
+def _requires_txt_member(parts: Sequence[str]) -> bool:
+    inner = list(parts[1:])
+    if inner[:1] == ["src"]:
+        inner = inner[1:]
+    return len(inner) == 2 and inner[0].endswith(".egg-info") and inner[1] == "requires.txt"
+
+
+def requires_txt(text: str) -> tuple[str, ...]:
+    """requires.txt as Requires-Dist lines: its first lines are unconditional; a `[name]`
+    section is an extra's, `[:marker]` a marker's, `[name:marker]` both (the format
+    pkg_resources reads: setuptools/_vendor/.../pkg_resources `split_sections`)."""
+    out: list[str] = []
+    extra, marker = "", ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            extra, _, marker = line[1:-1].partition(":")
+            continue
+        conditions = [f"({marker})"] if marker else []
+        conditions += [f'extra == "{extra}"'] if extra else []
+        out.append(f"{line} ; {' and '.join(conditions)}" if conditions else line)
+    return tuple(out)
 
 
 def _members(data: bytes, filename: str) -> tuple[dict[str, bytes], tuple[str, ...]]:
@@ -144,8 +178,10 @@ def _members(data: bytes, filename: str) -> tuple[dict[str, bytes], tuple[str, .
             for info in zf.infolist():
                 parts = info.filename.split("/")
                 names.append("/".join(parts[1:]))
-                if len(parts) == 2 and parts[1] in _READ and info.file_size <= _MAX_MEMBER:
-                    out.setdefault(parts[1], zf.read(info))
+                key = parts[1] if len(parts) == 2 and parts[1] in _READ else ""
+                key = REQUIRES_TXT if not key and _requires_txt_member(parts) else key
+                if key and info.file_size <= _MAX_MEMBER:
+                    out.setdefault(key, zf.read(info))
         return out, tuple(names)
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as tf:
         for member in tf.getmembers():
@@ -153,10 +189,12 @@ def _members(data: bytes, filename: str) -> tuple[dict[str, bytes], tuple[str, .
             if member.isfile():
                 names.append("/".join(parts[1:]))
             small = member.isfile() and member.size <= _MAX_MEMBER
-            if len(parts) == 2 and parts[1] in _READ and small:
+            key = parts[1] if len(parts) == 2 and parts[1] in _READ else ""
+            key = REQUIRES_TXT if not key and _requires_txt_member(parts) else key
+            if key and small:
                 f = tf.extractfile(member)
                 if f is not None:
-                    out.setdefault(parts[1], f.read())
+                    out.setdefault(key, f.read())
     return out, tuple(names)
 
 
@@ -222,7 +260,7 @@ def sdist_metadata(data: bytes, filename: str) -> SdistMetadata:
     build_requires = (
         tuple(str(r) for r in requires) if isinstance(requires, list) else DEFAULT_BUILD_REQUIRES
     )
-    version, static = "", False
+    version, static, source = "", False, "PKG-INFO"
     deps: tuple[str, ...] = ()
     if "PKG-INFO" in members:
         headers = HeaderParser().parsestr(members["PKG-INFO"].decode("utf-8", "replace"))
@@ -237,11 +275,14 @@ def sdist_metadata(data: bytes, filename: str) -> SdistMetadata:
         and "dependencies" not in project.get("dynamic", [])
     ):
         deps = tuple(str(d) for d in project.get("dependencies", []) or [])
-        static = True
+        static, source = True, "pyproject.toml"
+    if not static and not deps and REQUIRES_TXT in members:
+        deps = requires_txt(members[REQUIRES_TXT].decode("utf-8", "replace"))
+        source = REQUIRES_TXT
     backend = system.get("build-backend") if isinstance(system, dict) else None
     setup_py = members.get("setup.py", b"").decode("utf-8", "replace")
     why = compiled_code(names, setup_py, str(backend) if backend else None, build_requires)
-    return SdistMetadata(deps, build_requires, static, version, why)
+    return SdistMetadata(deps, build_requires, static, version, why, source)
 
 
 def _at_least(version: str, want: tuple[int, int]) -> bool:

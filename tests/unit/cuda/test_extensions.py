@@ -11,6 +11,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
 from envbuild.app import lock_source as source_lock
 from envbuild.build.buildlog import compile_failure
@@ -93,6 +94,44 @@ def test_a_legacy_sdist_is_read_but_marked_not_static() -> None:
     meta = extensions.sdist_metadata(data, "pkg-1.0.tar.gz")
     assert meta.requires_dist == ("numpy",) and not meta.static
     assert meta.build_requires == ("setuptools>=40.8.0",)  # pip's default without pyproject
+
+
+@pytest.mark.parametrize("folder", ["", "src/"])
+def test_a_pkg_info_without_requires_dist_is_read_from_the_egg_info(folder: str) -> None:
+    """transformers-stream-generator 0.0.5 on PyPI: PKG-INFO 2.1 has no Requires-Dist, its
+    egg-info's requires.txt (what setup.py egg_info wrote) has transformers>=4.26.1."""
+    data = _sdist(
+        {
+            "PKG-INFO": "Metadata-Version: 2.1\nName: pkg\nVersion: 1.0\n",
+            "setup.py": "raise SystemExit('must never run at lock time')\n",
+            f"{folder}pkg.egg-info/requires.txt": (
+                "transformers>=4.26.1\n\n[dev]\npytest\n\n"
+                '[:python_version < "3.8"]\nimportlib-metadata\n\n'
+                '[gpu:sys_platform == "linux"]\npynvml\n'
+            ),
+        }
+    )
+    meta = extensions.sdist_metadata(data, "pkg-1.0.tar.gz")
+    assert meta.requires_dist == (
+        "transformers>=4.26.1",
+        'pytest ; extra == "dev"',
+        'importlib-metadata ; (python_version < "3.8")',
+        'pynvml ; (sys_platform == "linux") and extra == "gpu"',
+    )
+    assert not meta.static and meta.source == extensions.REQUIRES_TXT
+    for line in meta.requires_dist:  # each one a requirement uv and packaging read
+        Requirement(line)
+
+
+def test_requires_dist_in_pkg_info_wins_over_the_egg_info() -> None:
+    data = _sdist(
+        {
+            "PKG-INFO": "Metadata-Version: 2.1\nName: pkg\nVersion: 1.0\nRequires-Dist: numpy\n",
+            "pkg.egg-info/requires.txt": "numpy\nscipy\n",
+        }
+    )
+    meta = extensions.sdist_metadata(data, "pkg-1.0.tar.gz")
+    assert meta.requires_dist == ("numpy",) and meta.source == "PKG-INFO"
 
 
 # --- uv argv and uv's answers ----------------------------------------------------------------
