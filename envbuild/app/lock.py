@@ -159,25 +159,34 @@ def lock_image(
             engine=engine,
         )
     options = _LockOptions(upgrade, tuple(upgrade_packages), offline, matrix_overlay, runner)
-    skipped: list[str] = []
+    skipped: list[tuple[str, str]] = []
     first: UnsatisfiableError | None = None
     while True:
         try:
             return _lock_stack(image_dir, request, options, digest_lookup, tuple(skipped))
         except UnsatisfiableError as err:
-            # A torch series whose torchvision / torchaudio series is not on the index yet
-            # (envbuild.lock.companions): resolve again without that series, a few times.
-            series = err.fields.get("framework_series")
-            stepping = isinstance(series, str) and series not in skipped
-            if not stepping or len(skipped) >= MAX_COMPANION_STEPS:
+            # The framework's newest series cannot be pinned with the rest (its torchvision is
+            # not on the index yet: envbuild.lock.companions; the project's requirements
+            # exclude it: envbuild.lock.projectdeps): resolve again without it, as uv itself
+            # would take an older release, a few series at most.
+            step = _step_down(err)
+            if step is None or step in skipped or len(skipped) >= MAX_STEP_DOWNS:
                 # A step down that fails otherwise: the newest series' cause is the one to say.
                 raise (first or err) from None
             first = first or err
-            skipped.append(str(series))
+            skipped.append(step)
 
 
-MAX_COMPANION_STEPS = 3
-"""Older framework series tried when a newer one's companions are not on the index yet."""
+MAX_STEP_DOWNS = 3
+"""Older framework series tried when a newer one cannot be pinned with the rest."""
+
+
+def _step_down(err: UnsatisfiableError) -> tuple[str, str] | None:
+    """(the framework series to leave out, why) an error offers, or None."""
+    step = err.fields.get("step_down")
+    if isinstance(step, dict) and isinstance(step.get("series"), str):
+        return (step["series"], str(step.get("why") or ""))
+    return None
 
 
 @dataclass(frozen=True)
@@ -194,7 +203,7 @@ def _lock_stack(
     request: Request,
     options: _LockOptions,
     digest_lookup: DigestLookup | None,
-    skipped: tuple[str, ...],
+    skipped: tuple[tuple[str, str], ...],
 ) -> LockOutcome:
     """One resolve -> pin -> write of a request without a framework base; `skipped`: framework
     series left out because their companions are not on the index (said in a warning)."""
@@ -204,7 +213,8 @@ def _lock_stack(
     kept = None if upgrade else previous  # the picks --upgrade does not keep
     matrix = matrix_data.load_matrix_from(options.matrix_overlay)
     project = project_lock.read_inputs(image_dir, request)  # [packages] files, build backend
-    narrowed = dataclasses.replace(request, framework=without_series(request.framework, skipped))
+    series = [each for each, _ in skipped]
+    narrowed = dataclasses.replace(request, framework=without_series(request.framework, series))
     stack, reached = _resolve_reaching(
         narrowed, project, matrix, kept, upgrade_set, offline, image_dir
     )
@@ -256,15 +266,14 @@ def _lock_stack(
     )
 
 
-def _skipped_note(skipped: tuple[str, ...], stack: Stack) -> str | None:
+def _skipped_note(skipped: tuple[tuple[str, str], ...], stack: Stack) -> str | None:
     if not skipped:
         return None
     fw = stack.framework
-    series = ", ".join(f"{fw.name} {s}" for s in skipped)
+    why = "; ".join(f"{fw.name} {series}: {reason}" for series, reason in skipped)
     return (
-        f"the companions (torchvision, torchaudio) of {series} are not on the index yet: "
-        f"locked {fw.name} {fw.version}, the newest whose are; re-lock with --upgrade once "
-        "they are published"
+        f"left out {why}; locked {fw.name} {fw.version}, the newest release that fits; "
+        "`envbuild lock --upgrade` tries the newer series again"
     )
 
 

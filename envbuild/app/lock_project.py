@@ -13,6 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from packaging.version import InvalidVersion, Version
+
 from envbuild.core.errors import UnsatisfiableError
 from envbuild.core.models import Request, Stack
 
@@ -121,9 +123,23 @@ def pin_conflict(
     companion = companion_conflict(err, fw.name, fw.version)
     if companion is not None:
         return companion
-    if project is None:
-        return err
-    from envbuild.lock import projectdeps
+    if project is not None:
+        from envbuild.lock import projectdeps
 
-    fw = stack.framework
-    return projectdeps.explain_pin_conflict(err, project, f"{fw.name} {fw.version} {fw.variant}")
+        err = projectdeps.explain_pin_conflict(err, project, f"{fw.name} {fw.version} {fw.variant}")
+    return with_step_down(err, fw.name, fw.version)
+
+
+def with_step_down(err: UnsatisfiableError, name: str, version: str) -> UnsatisfiableError:
+    """A conflict whose explanation names the framework's own pin (uv: "Because jax==0.12.0.1
+    depends on numpy>=2.2 and you require numpy<2.2"; maxtext's lock, 2026-12-07) offers
+    `lock` an older series of it (envbuild.app.lock `lock_image`), as uv would backtrack to one
+    were the framework not fixed first."""
+    try:
+        release = Version(version).release
+    except InvalidVersion:
+        return err
+    if len(release) < 2 or f"{name}=={version}" not in f"{err.message}\n{err.fields}":
+        return err
+    step = {"series": f"{release[0]}.{release[1]}", "why": "it conflicts with the requirements"}
+    return UnsatisfiableError(err.message, hint=err.hint, fields={**err.fields, "step_down": step})

@@ -61,7 +61,10 @@ def companion_conflict(
         fields={
             **err.fields,
             "companion": named[0],
-            "framework_series": f"{release[0]}.{release[1]}",
+            "step_down": {
+                "series": f"{release[0]}.{release[1]}",
+                "why": f"its {name} ({series}) is not on the index yet",
+            },
         },
     )
 

@@ -88,10 +88,11 @@ def test_the_series_without_companions_is_left_out_and_said(
     assert outcome.status == "written"
     assert asked == ["torch>=2.8,<2.11", "torch!=2.10.*,<2.11,>=2.8"]
     assert len(uv.calls) == 2
-    said = [w for w in outcome.warnings if "companions" in w]
+    said = [w for w in outcome.warnings if w.startswith("left out")]
     assert said == [
-        "the companions (torchvision, torchaudio) of torch 2.10 are not on the index yet: "
-        "locked torch 2.10.0, the newest whose are; re-lock with --upgrade once they are published"
+        "left out torch 2.10: its torchvision (0.25.*) is not on the index yet; locked torch "
+        "2.10.0, the newest release that fits; `envbuild lock --upgrade` tries the newer series "
+        "again"
     ]
     # What the lock records is the request as written, not the narrowed requirement.
     assert 'requirement = "torch>=2.8,<2.11"' in (image / "envbuild.toml").read_text()
@@ -122,6 +123,45 @@ def test_steps_down_a_few_series_at_most(tmp_path: Path, monkeypatch: pytest.Mon
         lock_use_case.lock_image(image)
     assert "no torchvision 0.25.*" in info.value.message
     assert len(asked) == 2 and len(uv.calls) == 2
+
+
+def test_a_framework_release_the_requirements_exclude_is_stepped_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """maxtext's numpy<2.2 against jax 0.12.0.1 (which needs numpy>=2.2): uv would take an
+    older jax were the framework not fixed first; lock does so one series at a time."""
+    image, uv, asked = _setup(monkeypatch, tmp_path)
+    uv.missing = ()
+    conflict = (
+        "  x No solution found when resolving dependencies:\n"
+        "  `-> Because torch==2.10.0 depends on numpy>=2.2 and you require numpy<2.2, we can "
+        "conclude that your requirements are unsatisfiable.\n"
+    )
+    calls = {"n": 0}
+    real_call = MissingSeriesUv.__call__
+
+    def first_conflicts(self: MissingSeriesUv, argv: Any, cwd: Path, env: Any) -> RunResult:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            return RunResult(1, "", conflict)
+        return real_call(self, argv, cwd, env)
+
+    monkeypatch.setattr(MissingSeriesUv, "__call__", first_conflicts)
+    outcome = lock_use_case.lock_image(image)
+    assert asked == ["torch>=2.8,<2.11", "torch!=2.10.*,<2.11,>=2.8"]
+    assert any(
+        w.startswith("left out torch 2.10: it conflicts with the requirements; locked torch")
+        for w in outcome.warnings
+    )
+
+
+def test_a_conflict_that_does_not_name_the_framework_is_not_stepped_over() -> None:
+    from envbuild.app.lock_project import with_step_down
+
+    other = UnsatisfiableError("Because scipy==1.0 depends on numpy<1 and you require numpy>=2")
+    assert "step_down" not in with_step_down(other, "torch", "2.10.0").fields
+    named = UnsatisfiableError("Because torch==2.10.0 depends on numpy>=2.2 ...")
+    assert with_step_down(named, "torch", "2.10.0").fields["step_down"]["series"] == "2.10"
 
 
 @pytest.mark.parametrize(

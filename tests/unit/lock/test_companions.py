@@ -73,6 +73,6 @@ def test_a_missing_series_is_said_as_envbuilds_rule() -> None:
         "2.15.0) is on the index: "
     )
     assert said.hint.startswith("allow an older torch series in [framework] requirement")
-    assert said.fields["framework_series"] == "2.15"
+    assert said.fields["step_down"]["series"] == "2.15"
     other = UnsatisfiableError("numpy<1 conflicts", hint="x", fields={})
     assert companion_conflict(other, "torch", "2.15.0") is None
