@@ -610,12 +610,25 @@ def parse_pip_report(text: str, req: PinRequest) -> tuple[LockedPackage, ...]:
 
 def _tail(text: str, lines: int = 12, width: int = 500) -> str:
     """The last `lines` lines of a tool's output, each cut at `width` characters: uv quotes
-    the requirement it could not parse, which may be megabytes long."""
-    kept = text.strip().splitlines()[-lines:]
-    return "\n".join(
+    the requirement it could not parse, which may be megabytes long. Lines left out are
+    counted, so a reader knows the text starts in the middle."""
+    every = text.strip().splitlines()
+    kept = every[-lines:]
+    cut = [
         line if len(line) <= width else f"{line[:width]}... ({len(line)} characters)"
         for line in kept
-    )
+    ]
+    if len(every) > len(kept):
+        cut.insert(0, f"({len(every) - len(kept)} earlier lines left out)")
+    return "\n".join(cut)
+
+
+def _explanation(text: str, lines: int = 60) -> str:
+    """uv's "No solution found" and the whole derivation after it (maxtext's conflict ran to
+    19 lines, and its opening "Because ..." was lost to the last 12), up to `lines`."""
+    every = text.strip().splitlines()
+    start = next((i for i, ln in enumerate(every) if "no solution found" in ln.lower()), 0)
+    return _tail("\n".join(every[start:]), lines=lines)
 
 
 def classify_failure(tool: str, stderr: str, req: PinRequest) -> Exception:
@@ -651,6 +664,7 @@ def classify_failure(tool: str, stderr: str, req: PinRequest) -> Exception:
             fields={"tool": tool, "source_only": source_only, "reasons": detail.splitlines()},
         )
     if "no solution found" in low or "resolutionimpossible" in low or "conflict" in low:
+        detail = _explanation(stderr)
         return UnsatisfiableError(
             f"the Python packages cannot be pinned together for Python {req.python} on "
             f"linux/{req.platform}:\n{detail}",

@@ -759,8 +759,10 @@ def explain_pin_conflict(
     else:
         what = f"the project's requirements conflict with the stack ({stack})"
         hint = "widen the project's requirements named above; " + err.hint
+    head, _, said = err.message.partition(":\n")
+    where = re.search(r" for Python \S+ on \S+$", head)  # pins.classify_failure's header
     return UnsatisfiableError(
-        f"{what}:\n{err.message.split(':', 1)[-1].strip()}",
+        f"{what}{where.group(0) if where else ''}:\n{(said or head).strip()}",
         hint=hint,
         fields={**err.fields, "stack": stack, "uv_lock": inputs.uv_lock},
     )

@@ -462,7 +462,8 @@ def test_uv_conflict_is_worded_for_the_uv_lock(
     with pytest.raises(UnsatisfiableError) as info:
         lock_use_case.lock_image(image)
     assert info.value.message.startswith(
-        "the pins of ../../trainer/uv.lock conflict with the stack (torch 2.10.0 cu128):\n"
+        "the pins of ../../trainer/uv.lock conflict with the stack (torch 2.10.0 cu128) for "
+        "Python 3.12 on linux/x86_64:\n"
     )
     assert "you require nvidia-cudnn-cu12==9.1.0.70" in info.value.message
     assert info.value.hint.startswith("the stack keeps its framework build")
