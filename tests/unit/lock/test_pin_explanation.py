@@ -36,6 +36,7 @@ def test_a_longer_answer_says_what_it_left_out() -> None:
         ["  x No solution found when resolving dependencies:"] + [f"l{i}" for i in range(99)]
     )
     err = pydeps.classify_failure("uv", stderr, REQ)
+    assert isinstance(err, UnsatisfiableError)
     said = err.message.partition(":\n")[2].splitlines()
     assert said[0] == "(40 earlier lines left out)" and said[-1] == "l98" and len(said) == 61
 
