@@ -4,7 +4,8 @@ the folder as the project. Reads a few small files, never runs anything, and ope
 files (a FIFO named requirements.txt is never opened). Every request it names locks as written:
 pytorch/examples mnist/, karpathy/minGPT, a tool-only pyproject.toml beside a requirements.txt
 and requirements/base.txt were locked with theirs (docs/request.md, README "In a folder
-without an envbuild.toml").
+without an envbuild.toml"); where the file holds lines no lock can hold (from version control),
+the hint names them to replace.
 """
 
 from __future__ import annotations
@@ -122,37 +123,101 @@ def starter_request(folder: Path) -> str:
     if found is not None or any(folder.glob("*.py")):
         parts.append('[project] path = "."')
     said = ", ".join(parts[:-1]) + (" and " if len(parts) > 1 else "") + parts[-1]
-    if found is None and any(
-        (folder / n).is_file() for n in ("environment.yml", "environment.yaml")
-    ):
-        said += (
+    return said + _starter_note(folder, found, names)
+
+
+def _starter_note(folder: Path, found: str | None, text: str) -> str:
+    """What the starter request leaves to the user, in parentheses: a dependency file envbuild
+    does not read, lines it cannot lock, or the imports no dependency file covers."""
+    imported = _third_party_imports(folder)
+    code = f"its code imports {_named(imported)}" if imported else ""
+    if found is not None:
+        if unlockable := _unlockable_lines(text):
+            return (
+                f" (then replace {'; '.join(unlockable)} in {found} by released versions or wheel "
+                "URLs: only what has hashes is locked)"
+            )
+        if code and not _declares_any(folder, found):
+            return f" ({found} names no dependencies, and {code}: list their packages in [packages] requirements)"
+        return ""
+    if any((folder / n).is_file() for n in ("environment.yml", "environment.yaml")):
+        return (
             " (environment.yml is conda's and is not read: list its pip packages in a "
-            "requirements.txt and name it in [packages] files)"
+            "requirements.txt and name it in [packages] files" + (f"; {code}" if code else "") + ")"
         )
-    elif found is None and (folder / "setup.py").is_file():
-        said += (
+    if (folder / "setup.py").is_file():
+        return (
             " (setup.py computes its install_requires when it runs, which envbuild never "
             "does: list them in [packages] requirements, the framework's range in [framework] "
-            "requirement)"
+            "requirement" + (f"; {code}" if code else "") + ")"
         )
-    elif found is None and _is_poetry(folder):
-        said += (
+    if _is_poetry(folder):
+        return (
             " (pyproject.toml keeps its dependencies in Poetry's [tool.poetry]: poetry export "
             "--format requirements.txt --output requirements.txt, then name requirements.txt "
             "in [packages] files)"
         )
-    elif found is None and (imported := _third_party_imports(folder)):
-        more = len(imported) - _NAMED
-        names = ", ".join(imported[:_NAMED]) + (f" and {more} more" if more > 0 else "")
-        said += (
-            f" (no dependency file found, and its code imports {names}: list their packages "
-            "in [packages] requirements)"
-        )
-    return said
+    if code:
+        return f" (no dependency file found, and {code}: list their packages in [packages] requirements)"
+    return ""
 
 
-_SCANNED = 50  # top-level .py files read for a hint, at most
+def _named(imported: list[str]) -> str:
+    more = len(imported) - _NAMED
+    return ", ".join(imported[:_NAMED]) + (f" and {more} more" if more > 0 else "")
+
+
+_UNLOCKABLE_RE = re.compile(r"(?m)^\s*(?!#)(\S[^\n#]*?(?:git|hg|svn|bzr)\+[^\s\"',\]]+)")
+
+
+def _unlockable_lines(text: str) -> list[str]:
+    """The requirement lines (up to three) that install from a version control URL: uv pins
+    them, but with no file hash, so `lock` refuses them (maxtext's mlperf-logging@git+...)."""
+    return [f"'{m.strip()}'" for m in _UNLOCKABLE_RE.findall(text)][:3]
+
+
+def _declares_any(folder: Path, found: str) -> bool:
+    """Whether the dependency file names at least one requirement (segment-anything's setup.py
+    has install_requires=[] while its code imports torchvision)."""
+    if found == "setup.py":
+        try:
+            return bool(read_setup_py(folder / "setup.py", "setup.py").install_requires)
+        except (OSError, EnvbuildError):
+            return True
+    if found.endswith(".txt"):
+        lines = (_small_text(folder / found) or "").splitlines()
+        return any(ln.strip() and not ln.lstrip().startswith("#") for ln in lines)
+    return True  # a pyproject.toml or uv.lock with a [project]: its dependencies were found
+
+
+_SCANNED = 200  # .py files read for a hint, at most
 _NAMED = 12  # imports named in it, at most
+_NOT_CODE = {"node_modules", "venv", "env", "build", "dist", "site-packages", "__pycache__"}
+
+
+def _own_python_files(folder: Path) -> list[Path]:
+    """The folder's own .py files, its packages' included (nanoVLM's train.py imports
+    models/, which imports transformers), hidden folders, virtual environments and links
+    left out (a symlink may point anywhere); at most _SCANNED, the top level first."""
+    import os
+
+    found: list[Path] = []
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = sorted(
+            d
+            for d in dirs
+            if not d.startswith(".")
+            and d not in _NOT_CODE
+            and not (Path(root) / d).is_symlink()
+            and not (Path(root) / d / "pyvenv.cfg").exists()
+        )
+        for name in sorted(files):
+            path = Path(root) / name
+            if name.endswith(".py") and path.is_file() and not path.is_symlink():
+                found.append(path)
+                if len(found) >= _SCANNED:
+                    return found
+    return found
 
 
 def _third_party_imports(folder: Path) -> list[str]:
@@ -163,9 +228,7 @@ def _third_party_imports(folder: Path) -> list[str]:
     import ast
     import sys
 
-    # Its own files only: a symlink may point anywhere.
-    files = sorted(p for p in folder.glob("*.py") if p.is_file() and not p.is_symlink())
-    files = files[:_SCANNED]
+    files = _own_python_files(folder)
     own = {p.stem for p in folder.glob("*.py")} | {p.name for p in folder.iterdir() if p.is_dir()}
     skip = set(sys.stdlib_module_names) | own | {"__future__", "torch", "jax", "tensorflow"}
     found: set[str] = set()

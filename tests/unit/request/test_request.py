@@ -379,10 +379,43 @@ def test_missing_folder_and_file(tmp_path: Path) -> None:
             },
             "poetry export --format requirements.txt --output requirements.txt",
         ),
-        # conda's environment.yml: not read, and said so.
+        # conda's environment.yml: not read, and said so, with what the code imports (its
+        # conda packages are not read either).
         (
-            {"environment.yml": "dependencies:\n  - pytorch\n", "train.py": ""},
-            "environment.yml is conda's and is not read",
+            {
+                "environment.yml": "dependencies:\n  - pytorch\n  - numpy\n",
+                "train.py": "import numpy\nimport torchvision\n",
+            },
+            "environment.yml is conda's and is not read: list its pip packages in a "
+            "requirements.txt and name it in [packages] files; its code imports numpy, "
+            "torchvision)",
+        ),
+        # A line from version control cannot be locked with hashes (maxtext): said to replace.
+        (
+            {"requirements.txt": "jax\nmlperf-logging@git+https://github.com/mlperf/logging.git\n"},
+            "(then replace 'mlperf-logging@git+https://github.com/mlperf/logging.git' in "
+            "requirements.txt by released versions or wheel URLs: only what has hashes is locked)",
+        ),
+        # A setup.py that declares nothing while its code imports packages (segment-anything).
+        (
+            {
+                "setup.py": "setup(name='sam', install_requires=[])\n",
+                "sam/model.py": "import numpy\nimport torchvision\nfrom sam import x\n",
+            },
+            '[packages] files = ["setup.py"] and [project] path = "." (setup.py names no '
+            "dependencies, and its code imports numpy, torchvision: list their packages",
+        ),
+        # Imports in the project's own packages count (nanoVLM's models/), its venv does not.
+        (
+            {
+                "train.py": "from models.net import Net\nimport wandb\n",
+                "models/net.py": "import einops\nfrom transformers import AutoModel\n",
+                ".venv/pyvenv.cfg": "home = /usr\n",
+                ".venv/lib/x.py": "import leaked_from_venv\n",
+                "env/pyvenv.cfg": "",
+                "env/y.py": "import other_venv\n",
+            },
+            "its code imports einops, transformers, wandb: list their packages",
         ),
         # A setup.py that hands setup() a top-level list by name (llm-foundry) is read...
         (
