@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +25,7 @@ from packaging.version import Version
 
 from envbuild import matrix as matrix_data
 from envbuild import resolver
-from envbuild.app import inputs, lock_reach
+from envbuild.app import inputs, lock_background, lock_reach, lock_steps
 from envbuild.app import lock_project as project_lock
 from envbuild.app import lock_source as source_lock
 from envbuild.core.errors import LockError, MatrixError, PinError, UnsatisfiableError, UserError
@@ -159,34 +159,9 @@ def lock_image(
             engine=engine,
         )
     options = _LockOptions(upgrade, tuple(upgrade_packages), offline, matrix_overlay, runner)
-    skipped: list[tuple[str, str]] = []
-    first: UnsatisfiableError | None = None
-    while True:
-        try:
-            return _lock_stack(image_dir, request, options, digest_lookup, tuple(skipped))
-        except UnsatisfiableError as err:
-            # The framework's newest series cannot be pinned with the rest (its torchvision is
-            # not on the index yet: envbuild.lock.companions; the project's requirements
-            # exclude it: envbuild.lock.projectdeps): resolve again without it, as uv itself
-            # would take an older release, a few series at most.
-            step = _step_down(err)
-            if step is None or step in skipped or len(skipped) >= MAX_STEP_DOWNS:
-                # A step down that fails otherwise: the newest series' cause is the one to say.
-                raise (first or err) from None
-            first = first or err
-            skipped.append(step)
-
-
-MAX_STEP_DOWNS = 3
-"""Older framework series tried when a newer one cannot be pinned with the rest."""
-
-
-def _step_down(err: UnsatisfiableError) -> tuple[str, str] | None:
-    """(the framework series to leave out, why) an error offers, or None."""
-    step = err.fields.get("step_down")
-    if isinstance(step, dict) and isinstance(step.get("series"), str):
-        return (step["series"], str(step.get("why") or ""))
-    return None
+    return lock_steps.stepping_down(
+        lambda skipped: _lock_stack(image_dir, request, options, digest_lookup, skipped)
+    )
 
 
 @dataclass(frozen=True)
@@ -219,18 +194,20 @@ def _lock_stack(
         narrowed, project, matrix, kept, upgrade_set, offline, image_dir
     )
     indexes = _pin_indexes(request, stack, image_dir)
-    notes = (not_kept, credentials_note(request), reached, _skipped_note(skipped, stack))
+    notes = (not_kept, credentials_note(request), reached, lock_steps.skipped_note(skipped, stack))
     warnings = [*(note for note in notes if note), *indexes.warnings]
     # The registry answers while uv pins (and what writing the lock imports loads meanwhile).
-    digest_job = in_background(lambda: _base_digest(stack, kept, offline, digest_lookup))
+    digest_job = lock_background.in_background(
+        lambda: _base_digest(stack, kept, offline, digest_lookup)
+    )
     # The matrix rows' fingerprints (the lock's inputs) are hashed once uv runs: before, this
     # thread would only take the interpreter from the work that starts uv.
     uv_started = threading.Event()
-    fingerprints_job = in_background(matrix.fingerprints, after=uv_started)
+    fingerprints_job = lock_background.in_background(matrix.fingerprints, after=uv_started)
     pin = _pin_request(request, stack, indexes, kept, upgrade_set, offline)
     # The installer is pinned in the same resolution (it has no dependencies), then split off.
     with_installer = pin_installer(pin, offline, kept)
-    signalling = _signalling(runner or pydeps.run_subprocess, uv_started)
+    signalling = lock_background.signalling(runner or pydeps.run_subprocess, uv_started)
     sourced = _pin_with_project(stack, matrix, request, with_installer, project, signalling)
     requested = source_lock.as_requested(sourced.result, request.indexes.find_links, pin.find_links)
     pinned, installed_by = split_installer(requested, request)
@@ -263,17 +240,6 @@ def _lock_stack(
         text=text,
         warnings=tuple(warnings),
         tool=pinned.tool,
-    )
-
-
-def _skipped_note(skipped: tuple[tuple[str, str], ...], stack: Stack) -> str | None:
-    if not skipped:
-        return None
-    fw = stack.framework
-    why = "; ".join(f"{fw.name} {series}: {reason}" for series, reason in skipped)
-    return (
-        f"left out {why}; locked {fw.name} {fw.version}, the newest release that fits; "
-        "`envbuild lock --upgrade` tries the newer series again"
     )
 
 
@@ -423,52 +389,6 @@ def _requirement_name(text: str) -> str:
         return str(canonicalize_name(Requirement(text).name))
     except Exception:
         return ""
-
-
-def _signalling(runner: pydeps.Runner, started: threading.Event) -> pydeps.Runner:
-    """`runner` that sets `started` as it starts the resolver's process."""
-
-    def run(argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> pydeps.RunResult:
-        started.set()
-        return runner(argv, cwd, env)
-
-    return run
-
-
-AFTER_WAIT_S = 30.0
-
-
-def in_background(
-    fn: Callable[[], Any], *, after: threading.Event | None = None
-) -> Callable[[], Any]:
-    """Run `fn` in a daemon thread (once `after` is set, if given: asking for the result sets
-    it); the returned callable waits for its result (or raises its error). Daemon: a registry
-    that hangs cannot hold the process after a failed pin."""
-    box: dict[str, Any] = {}
-
-    def run() -> None:
-        if after is not None:
-            # Bounded: a lock that fails before it starts uv never sets `after`, and the
-            # thread must still end (a test session runs many such locks in one process).
-            after.wait(timeout=AFTER_WAIT_S)
-        try:
-            box["value"] = fn()
-            import tomlkit  # noqa: F401  (what `dumps` needs, loaded while uv still runs)
-        except BaseException as exc:  # handed to the caller
-            box.setdefault("error", exc)
-
-    thread = threading.Thread(target=run, name="envbuild-lock-background", daemon=True)
-    thread.start()
-
-    def result() -> Any:
-        if after is not None:
-            after.set()
-        thread.join()
-        if "error" in box:
-            raise box["error"]
-        return box["value"]
-
-    return result
 
 
 def _pin_with_project(

@@ -13,8 +13,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from packaging.version import InvalidVersion, Version
-
 from envbuild.core.errors import UnsatisfiableError
 from envbuild.core.models import Request, Stack
 
@@ -127,19 +125,6 @@ def pin_conflict(
         from envbuild.lock import projectdeps
 
         err = projectdeps.explain_pin_conflict(err, project, f"{fw.name} {fw.version} {fw.variant}")
+    from envbuild.app.lock_steps import with_step_down
+
     return with_step_down(err, fw.name, fw.version)
-
-
-def with_step_down(err: UnsatisfiableError, name: str, version: str) -> UnsatisfiableError:
-    """A conflict whose explanation names the framework's own pin (uv: "Because jax==0.12.0.1
-    depends on numpy>=2.2 and you require numpy<2.2"; maxtext's lock, 2026-12-07) offers
-    `lock` an older series of it (envbuild.app.lock `lock_image`), as uv would backtrack to one
-    were the framework not fixed first."""
-    try:
-        release = Version(version).release
-    except InvalidVersion:
-        return err
-    if len(release) < 2 or f"{name}=={version}" not in f"{err.message}\n{err.fields}":
-        return err
-    step = {"series": f"{release[0]}.{release[1]}", "why": "it conflicts with the requirements"}
-    return UnsatisfiableError(err.message, hint=err.hint, fields={**err.fields, "step_down": step})

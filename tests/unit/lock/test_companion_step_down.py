@@ -156,7 +156,7 @@ def test_a_framework_release_the_requirements_exclude_is_stepped_over(
 
 
 def test_a_conflict_that_does_not_name_the_framework_is_not_stepped_over() -> None:
-    from envbuild.app.lock_project import with_step_down
+    from envbuild.app.lock_steps import with_step_down
 
     other = UnsatisfiableError("Because scipy==1.0 depends on numpy<1 and you require numpy>=2")
     assert "step_down" not in with_step_down(other, "torch", "2.10.0").fields

@@ -1,4 +1,4 @@
-"""envbuild/app/lock.py `in_background`: the daemon thread of the lock's side jobs."""
+"""envbuild/app/lock_background.py `in_background`: the daemon thread of the lock's side jobs."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from envbuild.app import lock
+from envbuild.app import lock_background as lock
 
 
 def test_a_job_waiting_for_uv_ends_when_uv_never_starts(monkeypatch: pytest.MonkeyPatch) -> None:
