@@ -116,6 +116,27 @@ def test_live_relock_of_an_example_is_byte_identical(tmp_path: Path, name: str) 
     assert (dst / "envbuild.lock").read_bytes() == (src / "envbuild.lock").read_bytes()
 
 
+@pytest.mark.network
+def test_live_lock_steps_down_from_a_series_the_requirements_exclude(tmp_path: Path) -> None:
+    """tests/fixtures/projects/jax-numpy-pin (maxtext's numpy<2.2): the newest jax the matrix
+    picks for an H100 on 570 needs numpy>=2.2, so lock takes an older series and says so."""
+    import shutil
+
+    src = Path(__file__).resolve().parents[3] / "tests/fixtures/projects/jax-numpy-pin"
+    dst = tmp_path / "proj"
+    shutil.copytree(src, dst)
+    (dst / "envbuild.toml").write_text(
+        '[framework]\nrequirement = "jax"\n\n[packages]\nfiles = ["requirements.txt"]\n\n'
+        '[targets]\ngpus = ["H100"]\ndriver = "570.124.06"\n'
+    )
+    code, _, err = run("lock", str(dst))
+    assert code == 0, err
+    assert "warning: left out jax " in err and "it conflicts with the requirements" in err
+    text = (dst / "envbuild.lock").read_text()
+    numpy = text.split('name = "numpy"\nversion = "', 1)[1].split('"', 1)[0]
+    assert tuple(int(x) for x in numpy.split(".")[:2]) < (2, 2)
+
+
 def test_built_from_source_names_the_base_nvcc_on_a_framework_base() -> None:
     """A framework base compiles with its own nvcc (no separate devel builder image is locked)."""
     from envbuild.cli.commands.lock import _built_from_source
