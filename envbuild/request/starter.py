@@ -117,9 +117,13 @@ def starter_request(folder: Path) -> str:
     found, names = _starter(folder)
     match = _FRAMEWORK_NAME_RE.search(names)
     framework = match.group(1).lower() if match else "torch"
-    parts = [f'[framework] requirement = "{framework}"']
+    gpu = _gpu_extra(folder, framework) if found in ("pyproject.toml", "uv.lock") else None
+    # The framework as the GPU extra names it (jax[cuda12]): its CUDA series is the project's.
+    parts = [f'[framework] requirement = "{gpu[1] if gpu else framework}"']
     if found is not None:
         parts.append(f'[packages] files = ["{found}"]')
+    if gpu is not None:
+        parts.append(f'[packages] extras = ["{gpu[0]}"]')
     if found is not None or any(folder.glob("*.py")):
         parts.append('[project] path = "."')
     said = ", ".join(parts[:-1]) + (" and " if len(parts) > 1 else "") + parts[-1]
@@ -160,6 +164,46 @@ def _starter_note(folder: Path, found: str | None, text: str) -> str:
     if code:
         return f" (no dependency file found, and {code}: list their packages in [packages] requirements)"
     return ""
+
+
+_GPU_EXTRA_RE = re.compile(
+    r"(?i)^(?:jax\[[^\]]*cuda|tensorflow\[[^\]]*and-cuda|nvidia-|cupy-cuda|flash[-_]attn)"
+)
+
+
+def _gpu_extra(folder: Path, framework: str) -> tuple[str, str] | None:
+    """The project's extra that brings its GPU packages (levanter's `gpu = ["jax[cuda12]"]`),
+    and the framework requirement it implies ("jax[cuda12]" where it names the framework with
+    extras, else the framework's name): without the extra the lock takes the matrix's CUDA
+    rather than the project's, and without the framework's extras the stack may pick another
+    CUDA series than the extra pins (levanter then failed: a cuda13 stack over CUDA 12
+    libraries). Only an extra named for the GPU (gpu, cuda, cuda12, nvidia) counts."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    try:
+        data = toml_loads(_small_text(folder / "pyproject.toml") or "")
+    except ValueError:
+        return None
+    project = data.get("project")
+    extras = project.get("optional-dependencies") if isinstance(project, dict) else None
+    if not isinstance(extras, dict):
+        return None
+    for name in sorted(extras):
+        lines = [str(r).strip() for r in extras[name]] if isinstance(extras[name], list) else []
+        if re.fullmatch(r"(?i)gpu|cuda\d*|nvidia", str(name)) is None:
+            continue
+        if not any(_GPU_EXTRA_RE.match(line) for line in lines):
+            continue
+        wanted = framework
+        for line in lines:
+            try:
+                req = Requirement(line)
+            except InvalidRequirement:
+                continue
+            if req.name.lower() == framework and req.extras:
+                wanted = f"{framework}[{','.join(sorted(req.extras))}]"
+        return str(name), wanted
+    return None
 
 
 def _named(imported: list[str]) -> str:

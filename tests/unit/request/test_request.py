@@ -390,6 +390,17 @@ def test_missing_folder_and_file(tmp_path: Path) -> None:
             "requirements.txt and name it in [packages] files; its code imports numpy, "
             "torchvision)",
         ),
+        # A GPU extra that names the framework's CUDA build (levanter): named with that build,
+        # so the stack's CUDA series is the extra's.
+        (
+            {
+                "pyproject.toml": '[project]\nname = "x"\ndependencies = ["jax>=0.6", "optax"]\n'
+                "[project.optional-dependencies]\n"
+                'gpu = ["jax[cuda12]>=0.6.2"]\ntpu = ["jax[tpu]"]\ndocs = ["nvidia-sphinx-theme"]\n',
+            },
+            '[framework] requirement = "jax[cuda12]", [packages] files = ["pyproject.toml"], '
+            '[packages] extras = ["gpu"] and [project] path = "."',
+        ),
         # A line from version control cannot be locked with hashes (maxtext): said to replace.
         (
             {"requirements.txt": "jax\nmlperf-logging@git+https://github.com/mlperf/logging.git\n"},
