@@ -35,10 +35,24 @@ def stepping_down(attempt: Callable[[Skipped], T]) -> T:
             return attempt(tuple(skipped))
         except UnsatisfiableError as err:
             step = step_down(err)
-            if step is None or step in skipped or len(skipped) >= MAX_STEP_DOWNS:
-                raise (first or err) from None
+            tried = {series for series, _ in skipped}
+            if step is None or step[0] in tried or len(skipped) >= MAX_STEP_DOWNS:
+                raise (_with_tried(first, err, skipped) if first else err) from None
             first = first or err
             skipped.append(step)
+
+
+def _with_tried(
+    first: UnsatisfiableError, last: UnsatisfiableError, skipped: list[tuple[str, str]]
+) -> UnsatisfiableError:
+    """The first cause, and what the step down met without the series it left out."""
+    series = ", ".join(s for s, _ in skipped)
+    said = last.message.splitlines()[0] if last.message else type(last).__name__
+    return UnsatisfiableError(
+        f"{first.message}\n(and with series {series} left out: {said.rstrip(':')})",
+        hint=first.hint,
+        fields={**first.fields, "step_down_tried": [s for s, _ in skipped]},
+    )
 
 
 def step_down(err: UnsatisfiableError) -> tuple[str, str] | None:

@@ -9,6 +9,7 @@ before anything is built.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from packaging.requirements import Requirement
@@ -47,7 +48,7 @@ def companion_conflict(
     no torchvision 0.30 for torch 2.15 on PyPI yet), said as envbuild's rule, not as a
     requirement the user never wrote; None for any other conflict."""
     text = f"{err.message}\n{err.hint}\n{err.fields}"
-    named = [c for c in companion_constraints(framework, version) if c in text]
+    named = [c for c in companion_constraints(framework, version) if _unavailable(c, text)]
     if not named:
         return None
     name, _, series = named[0].partition("==")
@@ -66,6 +67,19 @@ def companion_conflict(
                 "why": f"its {name} ({series}) is not on the index yet",
             },
         },
+    )
+
+
+def _unavailable(constraint: str, text: str) -> bool:
+    """Whether uv says no release of `constraint`'s series is on the index ("only torchvision
+    <=0.29.2 is available and you require torchvision==0.30.*", "there is no version of
+    torchvision==0.30.*"), not that the user's own range excludes it ("you require
+    torchvision<0.25 and torchvision==0.25.*"): only then is a missing series the cause."""
+    name = re.escape(constraint.partition("==")[0])
+    series = re.escape(constraint)
+    return bool(
+        re.search(rf"only {name}\S* (?:is|are) available and you require {series}", text)
+        or re.search(rf"(?:there is|there are) no versions? of {series}", text)
     )
 
 

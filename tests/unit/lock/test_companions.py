@@ -76,3 +76,20 @@ def test_a_missing_series_is_said_as_envbuilds_rule() -> None:
     assert said.fields["step_down"]["series"] == "2.15"
     other = UnsatisfiableError("numpy<1 conflicts", hint="x", fields={})
     assert companion_conflict(other, "torch", "2.15.0") is None
+
+
+def test_the_users_own_range_on_a_companion_is_not_called_missing() -> None:
+    """torchvision<0.25 asked by the project beside torch 2.10: the series is on the index,
+    the user's range excludes it; that is the project's conflict, not a missing release."""
+    err = UnsatisfiableError(
+        "the Python packages cannot be pinned together",
+        fields={
+            "cause": "Because you require torchvision<0.25 and torchvision==0.25.*, we can "
+            "conclude that your requirements are unsatisfiable."
+        },
+    )
+    assert companion_conflict(err, "torch", "2.10.0") is None
+    missing = UnsatisfiableError(
+        "Because there is no version of torchvision==0.25.* and you require torchvision==0.25.*"
+    )
+    assert companion_conflict(missing, "torch", "2.10.0") is not None
