@@ -624,11 +624,19 @@ def _tail(text: str, lines: int = 12, width: int = 500) -> str:
 
 
 def _explanation(text: str, lines: int = 60) -> str:
-    """uv's "No solution found" and the whole derivation after it (maxtext's conflict ran to
-    19 lines, and its opening "Because ..." was lost to the last 12), up to `lines`."""
+    """uv's "No solution found" and the derivation after it (maxtext's conflict ran to 19
+    lines, and its opening "Because ..." was lost to the last 12): up to `lines`, its start
+    and its end, with the lines left out between them counted."""
     every = text.strip().splitlines()
     start = next((i for i, ln in enumerate(every) if "no solution found" in ln.lower()), 0)
-    return _tail("\n".join(every[start:]), lines=lines)
+    kept = every[start:]
+    if len(kept) <= lines:
+        return _tail("\n".join(kept), lines=lines)
+    head, tail = kept[: lines // 2], kept[-(lines - lines // 2) :]
+    gap = f"({len(kept) - len(head) - len(tail)} lines left out)"
+    return "\n".join(
+        [_tail("\n".join(head), lines=len(head)), gap, _tail("\n".join(tail), lines=len(tail))]
+    )
 
 
 def classify_failure(tool: str, stderr: str, req: PinRequest) -> Exception:
