@@ -43,9 +43,6 @@ def run(plan: dict[str, Any], out: dict[str, Any]) -> None:
 
     timings["import_s"] = round(time.perf_counter() - t0, 3)
     t1 = time.perf_counter()
-    ready: list[float] = []
-    if int(plan.get("tier", 2)) >= 2:
-        _preload_dynamo(t0, ready)
 
     cuda_seen = torch.version.cuda
     count = torch.cuda.device_count() if cuda_seen else 0
@@ -111,6 +108,8 @@ def run(plan: dict[str, Any], out: dict[str, Any]) -> None:
     if not ck.report_ok(checks):
         checks.append(ck.check("tier2", 2, "skip", "skipped: tier 1 failed"))
         return
+    ready: list[float] = []
+    _preload_dynamo(t0, ready)
 
     t2 = time.perf_counter()
     global _FORCED_PRECISION
@@ -159,7 +158,7 @@ def run(plan: dict[str, Any], out: dict[str, Any]) -> None:
 
 
 def _preload_dynamo(t0: float, ready: list[float]) -> None:
-    """Import torch._dynamo on a thread while tier 1 and the checks before training run.
+    """Import torch._dynamo on a thread while the checks before training run.
 
     torch.optim's methods are wrapped by `torch._disable_dynamo`, whose first call imports
     torch._dynamo, and with it sympy (torch/_compile.py): about 1 s with byte-code, the largest
