@@ -136,9 +136,10 @@ def _starter_note(folder: Path, found: str | None, text: str) -> str:
     imported = _third_party_imports(folder)
     code = f"its code imports {_named(imported)}" if imported else ""
     if found is not None:
-        if unlockable := _unlockable_lines(text):
+        where, unlockable = _unlockable_lines(folder, found)
+        if unlockable:
             return (
-                f" (then replace {'; '.join(unlockable)} in {found} by released versions or wheel "
+                f" (then replace {'; '.join(unlockable)} in {where} by released versions or wheel "
                 "URLs: only what has hashes is locked)"
             )
         if code and not _declares_any(folder, found):
@@ -200,8 +201,11 @@ def _gpu_extra(folder: Path, framework: str) -> tuple[str, str] | None:
                 req = Requirement(line)
             except InvalidRequirement:
                 continue
-            if req.name.lower() == framework and req.extras:
-                wanted = f"{framework}[{','.join(sorted(req.extras))}]"
+            # Only the extras that name a CUDA build (jax[cuda12], tensorflow[and-cuda]): the
+            # resolver refuses others ("jax has no variant cuda12_pip").
+            cuda = sorted(e for e in req.extras if re.fullmatch(r"cuda\d+|and-cuda", e))
+            if req.name.lower() == framework and cuda:
+                wanted = f"{framework}[{','.join(cuda)}]"
         return str(name), wanted
     return None
 
@@ -211,13 +215,34 @@ def _named(imported: list[str]) -> str:
     return ", ".join(imported[:_NAMED]) + (f" and {more} more" if more > 0 else "")
 
 
-_UNLOCKABLE_RE = re.compile(r"(?m)^\s*(?!#)(\S[^\n#]*?(?:git|hg|svn|bzr)\+[^\s\"',\]]+)")
+_VCS_RE = re.compile(r"(?:^|[\s@])(?:git|hg|svn|bzr)\+\S+")
 
 
-def _unlockable_lines(text: str) -> list[str]:
-    """The requirement lines (up to three) that install from a version control URL: uv pins
-    them, but with no file hash, so `lock` refuses them (maxtext's mlperf-logging@git+...)."""
-    return [f"'{m.strip()}'" for m in _UNLOCKABLE_RE.findall(text)][:3]
+def _unlockable_lines(folder: Path, found: str) -> tuple[str, list[str]]:
+    """(the file, its requirements that install from a version control URL, up to three): uv
+    pins them, but with no file hash, so `lock` refuses them (maxtext's mlperf-logging@git+...).
+    Only the requirements the request reads: a pyproject's [project] dependencies (not its
+    extras), a requirements file's lines, a setup.py's install_requires."""
+    if found in ("pyproject.toml", "uv.lock"):
+        try:
+            data = toml_loads(_small_text(folder / "pyproject.toml") or "")
+        except ValueError:
+            return "pyproject.toml", []
+        project = data.get("project")
+        deps = project.get("dependencies") if isinstance(project, dict) else None
+        reqs = [str(d) for d in deps] if isinstance(deps, list) else []
+        where = "pyproject.toml"
+    elif found == "setup.py":
+        try:
+            reqs = list(read_setup_py(folder / "setup.py", "setup.py").install_requires)
+        except (OSError, EnvbuildError):
+            reqs = []
+        where = found
+    else:
+        lines = (_small_text(folder / found) or "").splitlines()
+        reqs = [ln.split(" #", 1)[0].strip() for ln in lines if not ln.lstrip().startswith("#")]
+        where = found
+    return where, [f"'{r.strip()}'" for r in reqs if _VCS_RE.search(r)][:3]
 
 
 def _declares_any(folder: Path, found: str) -> bool:
@@ -235,6 +260,7 @@ def _declares_any(folder: Path, found: str) -> bool:
 
 
 _SCANNED = 200  # .py files read for a hint, at most
+_FOLDERS = 500  # folders visited to find them, at most
 _NAMED = 12  # imports named in it, at most
 _NOT_CODE = {"node_modules", "venv", "env", "build", "dist", "site-packages", "__pycache__"}
 
@@ -246,7 +272,9 @@ def _own_python_files(folder: Path) -> list[Path]:
     import os
 
     found: list[Path] = []
-    for root, dirs, files in os.walk(folder):
+    for visited, (root, dirs, files) in enumerate(os.walk(folder)):
+        if visited >= _FOLDERS:  # a data folder of a million files is not walked through
+            break
         dirs[:] = sorted(
             d
             for d in dirs
@@ -273,7 +301,11 @@ def _third_party_imports(folder: Path) -> list[str]:
     import sys
 
     files = _own_python_files(folder)
+    # The project's own modules: top-level ones, its folders, and its packages under src/.
     own = {p.stem for p in folder.glob("*.py")} | {p.name for p in folder.iterdir() if p.is_dir()}
+    src = folder / "src"
+    if src.is_dir() and not src.is_symlink():
+        own |= {p.name for p in src.iterdir() if p.is_dir()} | {p.stem for p in src.glob("*.py")}
     skip = set(sys.stdlib_module_names) | own | {"__future__", "torch", "jax", "tensorflow"}
     found: set[str] = set()
     for path in files:

@@ -407,6 +407,35 @@ def test_missing_folder_and_file(tmp_path: Path) -> None:
             "(then replace 'mlperf-logging@git+https://github.com/mlperf/logging.git' in "
             "requirements.txt by released versions or wheel URLs: only what has hashes is locked)",
         ),
+        # ... only in what the request reads: an extra is not, and the file named is the one
+        # the line is in (a uv.lock's project keeps its dependencies in pyproject.toml).
+        (
+            {
+                "pyproject.toml": '[project]\nname = "x"\n'
+                'dependencies = ["torch", "logs @ git+https://example.org/logs.git"]\n'
+                '[project.optional-dependencies]\ndev = ["tool @ git+https://example.org/t.git"]\n',
+                "uv.lock": "version = 1\n",
+            },
+            "(then replace 'logs @ git+https://example.org/logs.git' in pyproject.toml by",
+        ),
+        # An extra that is no CUDA build of the framework is not carried into the request.
+        (
+            {
+                "pyproject.toml": '[project]\nname = "x"\ndependencies = ["jax"]\n'
+                '[project.optional-dependencies]\ngpu = ["jax[cuda12_pip]"]\n',
+            },
+            '[framework] requirement = "jax", [packages] files = ["pyproject.toml"], '
+            '[packages] extras = ["gpu"]',
+        ),
+        # A src layout's own package is not an import to list.
+        (
+            {
+                "src/mypkg/__init__.py": "",
+                "src/mypkg/train.py": "from mypkg import util\nimport einops\n",
+                "environment.yml": "dependencies: []\n",
+            },
+            "its code imports einops)",
+        ),
         # A setup.py that declares nothing while its code imports packages (segment-anything).
         (
             {
