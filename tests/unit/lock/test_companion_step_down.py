@@ -112,7 +112,10 @@ def test_when_no_older_series_fits_the_first_cause_is_said(
     )
     assert err.hint.startswith("allow an older torch series in [framework] requirement")
     # ... and what leaving that series out met.
-    assert "\n(and with series 2.10 left out: no torch release in the matrix matches torch!=2.10.*" in err.message
+    assert (
+        "\n(and with series 2.10 left out: no torch release in the matrix matches torch!=2.10.*"
+        in err.message
+    )
     assert err.exit_code == 1
     assert asked == ["torch>=2.8,<2.11", "torch!=2.10.*,<2.11,>=2.8"]
     assert not (image / "envbuild.lock").exists()
