@@ -760,7 +760,7 @@ def explain_pin_conflict(
         what = f"the project's requirements conflict with the stack ({stack})"
         hint = "widen the project's requirements named above; " + err.hint
     head, _, said = err.message.partition(":\n")
-    where = re.search(r" for Python \S+ on \S+$", head)  # pins.classify_failure's header
+    where = re.search(r" for Python \S+ on \S+$", head)  # pinfailure.classify_failure's header
     return UnsatisfiableError(
         f"{what}{where.group(0) if where else ''}:\n{(said or head).strip()}",
         hint=hint,

@@ -20,6 +20,7 @@ from envbuild.core.models import ExtensionBuild, LockedPackage, Request
 from envbuild.cuda import extensions
 from envbuild.lock import pins as pydeps
 from envbuild.lock.format import dumps, loads
+from envbuild.lock.pinfailure import classify_failure
 from envbuild.render import builder_stage
 from envbuild.render.dockerfile import RenderOptions, build_context, requirements_text
 from tests.sdist import make_sdist
@@ -151,7 +152,7 @@ def _req(**kw: object) -> pydeps.PinRequest:
 
 
 def test_a_wheel_less_requirement_gets_the_right_advice() -> None:
-    err = pydeps.classify_failure("uv", UV_SOURCE_ONLY, _req())
+    err = classify_failure("uv", UV_SOURCE_ONLY, _req())
     assert isinstance(err, UnsatisfiableError)
     assert err.fields["source_only"] == ["envbuild-vecadd"]
     assert "compile_extensions = true" in err.hint and "loosen" not in err.hint
@@ -192,7 +193,7 @@ def test_source_packages_are_locked_from_their_sdist_without_building() -> None:
     def pin(req: pydeps.PinRequest) -> pydeps.PinResult:
         seen.append(req)
         if not req.source_packages:
-            raise pydeps.classify_failure("uv", UV_SOURCE_ONLY, req)
+            raise classify_failure("uv", UV_SOURCE_ONLY, req)
         return pydeps.PinResult(
             pydeps.parse_pylock(PYLOCK, req), "uv", tuple(pydeps.sdist_urls(PYLOCK).items())
         )
@@ -214,7 +215,7 @@ def test_source_packages_are_locked_from_their_sdist_without_building() -> None:
 def test_without_compile_extensions_a_compiled_sdist_is_refused_saying_how_to_allow_it() -> None:
     def pin(req: pydeps.PinRequest) -> pydeps.PinResult:
         if not req.source_packages:
-            raise pydeps.classify_failure("uv", UV_SOURCE_ONLY, req)
+            raise classify_failure("uv", UV_SOURCE_ONLY, req)
         return pydeps.PinResult(
             pydeps.parse_pylock(PYLOCK, req), "uv", tuple(pydeps.sdist_urls(PYLOCK).items())
         )

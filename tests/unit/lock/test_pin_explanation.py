@@ -1,9 +1,10 @@
-"""What of uv's answer an unsatisfiable lock shows (envbuild.lock.pins `classify_failure`)."""
+"""What of uv's answer an unsatisfiable lock shows (envbuild.lock.pinfailure `classify_failure`)."""
 
 from __future__ import annotations
 
 from envbuild.core.errors import PinError, UnsatisfiableError
 from envbuild.lock import pins as pydeps
+from envbuild.lock.pinfailure import classify_failure
 
 REQ = pydeps.PinRequest(requirements=("jax==0.12.0.1",), python="3.12")
 
@@ -22,7 +23,7 @@ def test_the_whole_derivation_is_kept_from_its_start() -> None:
             *steps,
         ]
     )
-    err = pydeps.classify_failure("uv", stderr, REQ)
+    err = classify_failure("uv", stderr, REQ)
     assert isinstance(err, UnsatisfiableError)
     head, _, said = err.message.partition(":\n")
     assert head == "the Python packages cannot be pinned together for Python 3.12 on linux/x86_64"
@@ -34,7 +35,7 @@ def test_the_whole_derivation_is_kept_from_its_start() -> None:
 def test_a_longer_answer_keeps_its_start_and_end_and_counts_the_middle() -> None:
     head = "  x No solution found when resolving dependencies:"
     stderr = "\n".join([head] + [f"l{i}" for i in range(99)])
-    err = pydeps.classify_failure("uv", stderr, REQ)
+    err = classify_failure("uv", stderr, REQ)
     assert isinstance(err, UnsatisfiableError)
     said = err.message.partition(":\n")[2].splitlines()
     assert said[0] == head.strip() and said[1] == "l0"  # uv's opening is never lost
@@ -43,7 +44,7 @@ def test_a_longer_answer_keeps_its_start_and_end_and_counts_the_middle() -> None
 
 def test_other_failures_keep_the_last_lines_and_count_the_rest() -> None:
     stderr = "\n".join(f"line {i}" for i in range(20)) + "\nerror: something broke"
-    err = pydeps.classify_failure("uv", stderr, REQ)
+    err = classify_failure("uv", stderr, REQ)
     assert isinstance(err, PinError)
     said = err.message.partition(":\n")[2].splitlines()
     assert said[0] == "(9 earlier lines left out)" and said[-1] == "error: something broke"

@@ -22,6 +22,7 @@ from envbuild.core.models import LockedPackage, Request
 from envbuild.cuda import extensions
 from envbuild.lock import pins as pydeps
 from envbuild.lock.format import dumps, loads
+from envbuild.lock.pinfailure import classify_failure
 from envbuild.render.dockerfile import RenderOptions, build_context, requirements_text
 from envbuild.smoke.plan import _extension_plan
 from tests.golden.fixtures import pure_sdist_lock
@@ -119,7 +120,7 @@ def _replay(pylock: str, seen: list[pydeps.PinRequest]) -> source_lock.Pin:
     def pin(req: pydeps.PinRequest) -> pydeps.PinResult:
         seen.append(req)
         if not req.source_packages:
-            raise pydeps.classify_failure("uv", UV_SOURCE_ONLY, req)
+            raise classify_failure("uv", UV_SOURCE_ONLY, req)
         return pydeps.PinResult(
             pydeps.parse_pylock(pylock, req), "uv", tuple(pydeps.sdist_urls(pylock).items())
         )
