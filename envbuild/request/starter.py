@@ -127,34 +127,42 @@ def starter_request(folder: Path) -> str:
     if found is not None or any(folder.glob("*.py")):
         parts.append('[project] path = "."')
     said = ", ".join(parts[:-1]) + (" and " if len(parts) > 1 else "") + parts[-1]
-    return said + _starter_note(folder, found, names)
+    return said + _starter_note(folder, found)
 
 
-def _starter_note(folder: Path, found: str | None, text: str) -> str:
+def _starter_note(folder: Path, found: str | None) -> str:
     """What the starter request leaves to the user, in parentheses: a dependency file envbuild
-    does not read, lines it cannot lock, or the imports no dependency file covers."""
-    imported = _third_party_imports(folder)
-    code = f"its code imports {_named(imported)}" if imported else ""
+    does not read, lines it cannot lock, or the imports no dependency file covers. The folder's
+    code is parsed only where the note names its imports."""
+
+    def code() -> str:
+        imported = _third_party_imports(folder)
+        return f"its code imports {_named(imported)}" if imported else ""
+
     if found is not None:
-        where, unlockable = _unlockable_lines(folder, found)
-        if unlockable:
+        where, reqs = _requirements_read(folder, found)
+        if unlockable := [f"'{r.strip()}'" for r in reqs if _VCS_RE.search(r)][:3]:
             return (
                 f" (then replace {'; '.join(unlockable)} in {where} by released versions or wheel "
                 "URLs: only what has hashes is locked)"
             )
-        if code and not _declares_any(folder, found):
-            return f" ({found} names no dependencies, and {code}: list their packages in [packages] requirements)"
+        # A pyproject.toml or uv.lock was named because its dependencies were found (written
+        # down or in files); a setup.py or requirements file may declare nothing.
+        if not reqs and found not in ("pyproject.toml", "uv.lock") and (said := code()):
+            return f" ({found} names no dependencies, and {said}: list their packages in [packages] requirements)"
         return ""
     if any((folder / n).is_file() for n in ("environment.yml", "environment.yaml")):
+        said = code()
         return (
             " (environment.yml is conda's and is not read: list its pip packages in a "
-            "requirements.txt and name it in [packages] files" + (f"; {code}" if code else "") + ")"
+            "requirements.txt and name it in [packages] files" + (f"; {said}" if said else "") + ")"
         )
     if (folder / "setup.py").is_file():
+        said = code()
         return (
             " (setup.py computes its install_requires when it runs, which envbuild never "
             "does: list them in [packages] requirements, the framework's range in [framework] "
-            "requirement" + (f"; {code}" if code else "") + ")"
+            "requirement" + (f"; {said}" if said else "") + ")"
         )
     if _is_poetry(folder):
         return (
@@ -162,8 +170,8 @@ def _starter_note(folder: Path, found: str | None, text: str) -> str:
             "--format requirements.txt --output requirements.txt, then name requirements.txt "
             "in [packages] files)"
         )
-    if code:
-        return f" (no dependency file found, and {code}: list their packages in [packages] requirements)"
+    if said := code():
+        return f" (no dependency file found, and {said}: list their packages in [packages] requirements)"
     return ""
 
 
@@ -218,11 +226,11 @@ def _named(imported: list[str]) -> str:
 _VCS_RE = re.compile(r"(?:^|[\s@])(?:git|hg|svn|bzr)\+\S+")
 
 
-def _unlockable_lines(folder: Path, found: str) -> tuple[str, list[str]]:
-    """(the file, its requirements that install from a version control URL, up to three): uv
-    pins them, but with no file hash, so `lock` refuses them (maxtext's mlperf-logging@git+...).
-    Only the requirements the request reads: a pyproject's [project] dependencies (not its
-    extras), a requirements file's lines, a setup.py's install_requires."""
+def _requirements_read(folder: Path, found: str) -> tuple[str, list[str]]:
+    """(the file, the requirements the request reads from it): a pyproject's [project]
+    dependencies (not its extras; for a uv.lock too, whose project keeps them there), a
+    requirements file's lines, a setup.py's install_requires. Version control lines among
+    them (maxtext's mlperf-logging@git+...) have no file hash, so `lock` refuses them."""
     if found in ("pyproject.toml", "uv.lock"):
         try:
             data = toml_loads(_small_text(folder / "pyproject.toml") or "")
@@ -230,33 +238,15 @@ def _unlockable_lines(folder: Path, found: str) -> tuple[str, list[str]]:
             return "pyproject.toml", []
         project = data.get("project")
         deps = project.get("dependencies") if isinstance(project, dict) else None
-        reqs = [str(d) for d in deps] if isinstance(deps, list) else []
-        where = "pyproject.toml"
-    elif found == "setup.py":
-        try:
-            reqs = list(read_setup_py(folder / "setup.py", "setup.py").install_requires)
-        except (OSError, EnvbuildError):
-            reqs = []
-        where = found
-    else:
-        lines = (_small_text(folder / found) or "").splitlines()
-        reqs = [ln.split(" #", 1)[0].strip() for ln in lines if not ln.lstrip().startswith("#")]
-        where = found
-    return where, [f"'{r.strip()}'" for r in reqs if _VCS_RE.search(r)][:3]
-
-
-def _declares_any(folder: Path, found: str) -> bool:
-    """Whether the dependency file names at least one requirement (segment-anything's setup.py
-    has install_requires=[] while its code imports torchvision)."""
+        return "pyproject.toml", [str(d) for d in deps] if isinstance(deps, list) else []
     if found == "setup.py":
         try:
-            return bool(read_setup_py(folder / "setup.py", "setup.py").install_requires)
+            return found, list(read_setup_py(folder / "setup.py", "setup.py").install_requires)
         except (OSError, EnvbuildError):
-            return True
-    if found.endswith(".txt"):
-        lines = (_small_text(folder / found) or "").splitlines()
-        return any(ln.strip() and not ln.lstrip().startswith("#") for ln in lines)
-    return True  # a pyproject.toml or uv.lock with a [project]: its dependencies were found
+            return found, []
+    lines = (_small_text(folder / found) or "").splitlines()
+    reqs = [ln.split(" #", 1)[0].strip() for ln in lines if not ln.lstrip().startswith("#")]
+    return found, [r for r in reqs if r]
 
 
 _SCANNED = 200  # .py files read for a hint, at most
