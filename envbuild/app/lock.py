@@ -158,7 +158,17 @@ def lock_image(
             runner=runner,
             engine=engine,
         )
-    options = _LockOptions(upgrade, tuple(upgrade_packages), offline, matrix_overlay, runner)
+    previous, not_kept = read_previous(image_dir)
+    options = _LockOptions(
+        upgrade,
+        tuple(upgrade_packages),
+        offline,
+        runner,
+        previous,
+        not_kept,
+        matrix_data.load_matrix_from(matrix_overlay),
+        project_lock.read_inputs(image_dir, request),  # [packages] files, build backend
+    )
     return lock_steps.stepping_down(
         lambda skipped: _lock_stack(image_dir, request, options, digest_lookup, skipped)
     )
@@ -166,11 +176,16 @@ def lock_image(
 
 @dataclass(frozen=True)
 class _LockOptions:
+    """What every attempt of one `lock` shares (read once, whatever series it leaves out)."""
+
     upgrade: bool
     upgrade_packages: tuple[str, ...]
     offline: bool
-    matrix_overlay: Path | None
     runner: Any
+    previous: Lock | None
+    not_kept: str
+    matrix: Matrix
+    project: ProjectInputs | None
 
 
 def _lock_stack(
@@ -180,14 +195,13 @@ def _lock_stack(
     digest_lookup: DigestLookup | None,
     skipped: tuple[tuple[str, str], ...],
 ) -> LockOutcome:
-    """One resolve -> pin -> write of a request without a framework base; `skipped`: framework
-    series left out because their companions are not on the index (said in a warning)."""
+    """One resolve -> pin -> write of a request without a framework base; `skipped`: the
+    framework series left out and why (envbuild.app.lock_steps; said in a warning)."""
     upgrade, offline, runner = options.upgrade, options.offline, options.runner
     upgrade_set = {canonicalize_name(n) for n in options.upgrade_packages}
-    previous, not_kept = read_previous(image_dir)
+    previous, not_kept = options.previous, options.not_kept
     kept = None if upgrade else previous  # the picks --upgrade does not keep
-    matrix = matrix_data.load_matrix_from(options.matrix_overlay)
-    project = project_lock.read_inputs(image_dir, request)  # [packages] files, build backend
+    matrix, project = options.matrix, options.project
     series = [each for each, _ in skipped]
     narrowed = dataclasses.replace(request, framework=without_series(request.framework, series))
     stack, reached = _resolve_reaching(

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from envbuild.app.lock_steps import with_step_down
 from envbuild.core.errors import UnsatisfiableError
 from envbuild.core.models import Request, Stack
 
@@ -125,6 +126,4 @@ def pin_conflict(
         from envbuild.lock import projectdeps
 
         err = projectdeps.explain_pin_conflict(err, project, f"{fw.name} {fw.version} {fw.variant}")
-    from envbuild.app.lock_steps import with_step_down
-
     return with_step_down(err, fw.name, fw.version)

@@ -38,7 +38,7 @@ def companion_constraints(framework: str, version: str) -> tuple[str, ...]:
     if framework != "torch" or len(release) < 2 or release[0] != 2:
         return ()
     minor = release[1]
-    return (f"torchaudio=={2}.{minor}.*", f"torchvision==0.{minor + 15}.*")
+    return (f"torchaudio==2.{minor}.*", f"torchvision==0.{minor + 15}.*")
 
 
 def companion_conflict(
