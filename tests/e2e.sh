@@ -623,7 +623,9 @@ grep -q '^torch 2.13.0+cpu on cpu: 3 steps' "$WORK/project.run" || fail "the pro
 rm -rf "$WORK/edited"
 mkdir -p "$WORK/edited"
 cp -r "$PROJECT_DIR" "$WORK/edited/"
-echo '# edited by tests/e2e.sh' >>"$WORK/edited/torch-project/src/torch_project/train.py"
+# A line of this run's own: an earlier run on this host built the same edit, and its image id
+# passed then (the pass store is the user's), which would stand for this run's whole test.
+echo "# edited by tests/e2e.sh, run $(date +%s%N)" >>"$WORK/edited/torch-project/src/torch_project/train.py"
 # Without --resmoke: only the project's code changed since the environment passed (just
 # above, under --resmoke, which still records its pass), so only its smoke command runs.
 run "$ENVBUILD" image "$WORK/edited/torch-project" --base-image "$BASE" --ca-cert "$CA_CERT" \
